@@ -1,0 +1,1 @@
+"""Stream files: the one format of publisher logs, node replicas and the merged log."""

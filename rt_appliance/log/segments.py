@@ -1,0 +1,140 @@
+"""A stream file directory on disk: its files in order, its writer lock, its session counter.
+
+Layout of a directory::
+
+    log.1.0 log.1.1 log.2.0 ...   stream files, read in (session, roll) order
+    .lock                         flock()ed by the one writer; holds its pid
+    .session                      the last session number handed out (decimal)
+
+``.session`` survives the deletion of every stream file (replicated files are
+deleted, ``drop_oldest`` deletes), so a session number, and with it a position, is
+never reused in a directory.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rt_appliance.errors import LogError, LogLockedError
+from rt_appliance.log.naming import file_name, parse_file_name
+
+__all__ = [
+    "DirectoryLock",
+    "StreamFile",
+    "fsync_dir",
+    "stream_file",
+    "list_files",
+    "next_session",
+    "total_bytes",
+]
+
+LOCK_NAME = ".lock"
+SESSION_NAME = ".session"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class StreamFile:
+    """One ``log.X.Y`` file; orders by (session, roll)."""
+
+    session: int
+    roll: int
+    path: Path
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.session, self.roll)
+
+
+def list_files(directory: Path) -> list[StreamFile]:
+    """The stream files of ``directory`` in log order; other names are ignored."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    files = []
+    for name in names:
+        key = parse_file_name(name)
+        if key is not None:
+            files.append(StreamFile(key[0], key[1], directory / name))
+    files.sort()
+    return files
+
+
+def total_bytes(files: list[StreamFile]) -> int:
+    """Sum of the sizes of ``files`` that still exist."""
+    size = 0
+    for f in files:
+        try:
+            size += f.path.stat().st_size
+        except FileNotFoundError:
+            pass
+    return size
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory's entries (created, renamed, deleted files) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def next_session(directory: Path) -> int:
+    """Hand out a session number never used in ``directory`` and record it durably."""
+    last = 0
+    counter = directory / SESSION_NAME
+    try:
+        last = int(counter.read_text().strip() or 0)
+    except FileNotFoundError:
+        pass
+    except ValueError as exc:
+        raise LogError(f"{counter}: not a session number; fix or delete it") from exc
+    files = list_files(directory)
+    if files:
+        last = max(last, files[-1].session)
+    session = last + 1
+    tmp = directory / (SESSION_NAME + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(f"{session}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, counter)
+    fsync_dir(directory)
+    return session
+
+
+class DirectoryLock:
+    """The single-writer lock of a directory (``flock`` on ``.lock``).
+
+    The kernel drops the lock when the process dies, so a crashed writer never
+    leaves a stale lock behind.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_NAME
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self._fd)
+            raise LogLockedError(
+                f"{directory} already has a writer (pid {holder}); one writer per directory"
+            ) from exc
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def stream_file(directory: Path, session: int, roll: int) -> StreamFile:
+    return StreamFile(session, roll, directory / file_name(session, roll))

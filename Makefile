@@ -1,0 +1,31 @@
+# rt-appliance: `make demo` and `make test` set up .venv themselves on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint bench docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/rt demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check rt_appliance tests
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(VENV)/bin/rt bench log --output docs/BENCHMARKS.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+docs: $(STAMP)
+	$(PY) -m rt_appliance.cli.docs > docs/CLI.md

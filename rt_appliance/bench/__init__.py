@@ -1,0 +1,1 @@
+"""Benchmarks behind ``rt bench``; results are written to ``docs/BENCHMARKS.md``."""

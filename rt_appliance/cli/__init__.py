@@ -1,0 +1,1 @@
+"""The ``rt`` command: thin wiring over the library; nothing imports it."""

@@ -66,7 +66,11 @@ def _recovery(directory: Path) -> float:
 
 
 def run_log_bench(
-    workdir: Path, payload_bytes: int, messages: int, runs: int, memory_bytes: int,
+    workdir: Path,
+    payload_bytes: int,
+    messages: int,
+    runs: int,
+    memory_bytes: int,
     progress: Callable[[str], None],
 ) -> list[Result]:
     """Run every log benchmark; returns the results (medians over ``runs``)."""
@@ -74,12 +78,18 @@ def run_log_bench(
     batch = [payload] * 1000
     batches = max(1, messages // 1000)
     results = {
-        "batch_never": Result("batch publish, fsync=never, batches of 1,000", "msg/s", ">= 1,500,000"),
+        "batch_never": Result(
+            "batch publish, fsync=never, batches of 1,000", "msg/s", ">= 1,500,000"
+        ),
         "single_never": Result("single-call publish, fsync=never", "msg/s", ">= 400,000"),
-        "batch_batch": Result("batch publish, fsync=batch, batches of 1,000", "msg/s", ">= 1,000,000"),
+        "batch_batch": Result(
+            "batch publish, fsync=batch, batches of 1,000", "msg/s", ">= 1,000,000"
+        ),
         "subscribe": Result("batch subscribe (read_batches)", "msg/s", ">= 1,500,000"),
         "verify": Result("rt log verify scan", "records/s", ">= 1,500,000"),
-        "recovery": Result("writer-start recovery scan of the last file", "records/s", ">= 1,500,000"),
+        "recovery": Result(
+            "writer-start recovery scan of the last file", "records/s", ">= 1,500,000"
+        ),
     }
     for run in range(1, runs + 1):
         progress(f"run {run}/{runs}")
@@ -91,9 +101,13 @@ def run_log_bench(
             results["verify"].values.append(_verify(directory))
             results["recovery"].values.append(_recovery(directory))
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            results["single_never"].values.append(_publish_singles(Path(tmp), payload, min(messages, 1_000_000)))
+            results["single_never"].values.append(
+                _publish_singles(Path(tmp), payload, min(messages, 1_000_000))
+            )
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-            results["batch_batch"].values.append(_publish_batches(Path(tmp), batch, batches, "batch"))
+            results["batch_batch"].values.append(
+                _publish_batches(Path(tmp), batch, batches, "batch")
+            )
     out = list(results.values())
     if memory_bytes:
         progress(f"memory: writing and reading {memory_bytes / 1e9:.1f} GB")
@@ -110,16 +124,30 @@ def _memory_results(workdir: Path, payload_bytes: int, total_bytes: int) -> list
         shutil.rmtree(tmp, ignore_errors=True)
     gb = f"{total_bytes / 1e9:.1f} GB"
     return [
-        Result(f"publisher RSS growth writing {gb}", "MB", "<= 50", [pub["growth"] / 1e6],
-               f"start {pub['start'] / 1e6:.0f} MB, peak {pub['peak'] / 1e6:.0f} MB"),
-        Result(f"subscriber RSS growth reading {gb}", "MB", "<= 50", [sub["growth"] / 1e6],
-               f"start {sub['start'] / 1e6:.0f} MB, peak {sub['peak'] / 1e6:.0f} MB"),
+        Result(
+            f"publisher RSS growth writing {gb}",
+            "MB",
+            "<= 50",
+            [pub["growth"] / 1e6],
+            f"start {pub['start'] / 1e6:.0f} MB, peak {pub['peak'] / 1e6:.0f} MB",
+        ),
+        Result(
+            f"subscriber RSS growth reading {gb}",
+            "MB",
+            "<= 50",
+            [sub["growth"] / 1e6],
+            f"start {sub['start'] / 1e6:.0f} MB, peak {sub['peak'] / 1e6:.0f} MB",
+        ),
     ]
 
 
 def _child(args: list[str]) -> dict[str, int]:
-    out = subprocess.run([sys.executable, "-m", "rt_appliance.bench.log_bench", *args],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "rt_appliance.bench.log_bench", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     result: dict[str, int] = json.loads(out.strip().splitlines()[-1])
     return result
 

@@ -23,7 +23,9 @@ def _fmt(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
 
 
-def write_section(doc: Path, suite: str, command: str, machine: str, results: list[Result], notes: str) -> None:
+def write_section(
+    doc: Path, suite: str, command: str, machine: str, results: list[Result], notes: str
+) -> None:
     """Replace (or append) the section of ``suite`` in ``doc``."""
     start, end = f"<!-- bench:{suite}:start -->", f"<!-- bench:{suite}:end -->"
     body = (
@@ -33,5 +35,9 @@ def write_section(doc: Path, suite: str, command: str, machine: str, results: li
     )
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
-    text = pattern.sub(lambda _: body, text) if pattern.search(text) else text.rstrip() + "\n\n" + body + "\n"
+    text = (
+        pattern.sub(lambda _: body, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + body + "\n"
+    )
     doc.write_text(text)

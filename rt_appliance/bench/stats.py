@@ -26,8 +26,14 @@ class Result:
         return statistics.median(self.values) if self.values else float("nan")
 
     def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "unit": self.unit, "target": self.target, "median": self.median,
-                "runs": self.values, "note": self.note}
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "target": self.target,
+            "median": self.median,
+            "runs": self.values,
+            "note": self.note,
+        }
 
 
 def rss_bytes() -> int:
@@ -51,8 +57,10 @@ def machine_description() -> str:
     except OSError:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 30)
-    return (f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def filesystem_of(path: str) -> str:

@@ -20,19 +20,47 @@ def bench() -> None:
 
 
 @bench.command("log")
-@click.option("--runs", type=click.IntRange(1, 50), default=5, show_default=True, help="Runs per figure.")
-@click.option("--messages", type=click.IntRange(1000), default=2_000_000, show_default=True,
-              help="Messages per throughput run.")
+@click.option(
+    "--runs", type=click.IntRange(1, 50), default=5, show_default=True, help="Runs per figure."
+)
+@click.option(
+    "--messages",
+    type=click.IntRange(1000),
+    default=2_000_000,
+    show_default=True,
+    help="Messages per throughput run.",
+)
 @click.option("--payload-bytes", type=click.IntRange(0, 1 << 20), default=100, show_default=True)
-@click.option("--memory-gb", type=click.FloatRange(0), default=5.0, show_default=True,
-              help="GB written and read back while sampling memory (0 skips it).")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("/tmp"),
-              show_default=True, help="Where the benchmark's temporary directories go.")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Markdown file whose 'rt bench log' section is replaced with the results.")
+@click.option(
+    "--memory-gb",
+    type=click.FloatRange(0),
+    default=5.0,
+    show_default=True,
+    help="GB written and read back while sampling memory (0 skips it).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/tmp"),
+    show_default=True,
+    help="Where the benchmark's temporary directories go.",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown file whose 'rt bench log' section is replaced with the results.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def log_bench(runs: int, messages: int, payload_bytes: int, memory_gb: float, workdir: Path,
-              output: Path | None, as_json: bool) -> None:
+def log_bench(
+    runs: int,
+    messages: int,
+    payload_bytes: int,
+    memory_gb: float,
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+) -> None:
     """Publisher, subscriber and scan throughput, and memory over many GB.
 
     Measures batch and single-call publish (fsync=never), batch publish with
@@ -40,8 +68,14 @@ def log_bench(runs: int, messages: int, payload_bytes: int, memory_gb: float, wo
     scans, then publisher and subscriber memory while moving --memory-gb.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    results = run_log_bench(workdir, payload_bytes, messages, runs, int(memory_gb * 1e9),
-                            lambda msg: click.echo(f"rt bench log: {msg}", err=True))
+    results = run_log_bench(
+        workdir,
+        payload_bytes,
+        messages,
+        runs,
+        int(memory_gb * 1e9),
+        lambda msg: click.echo(f"rt bench log: {msg}", err=True),
+    )
     if as_json:
         click.echo(json.dumps([r.as_dict() for r in results], indent=2))
     else:
@@ -49,7 +83,9 @@ def log_bench(runs: int, messages: int, payload_bytes: int, memory_gb: float, wo
     if output is not None:
         command = "rt bench log " + shlex.join(sys.argv[3:] if len(sys.argv) > 3 else [])
         machine = f"{machine_description()}; files on {filesystem_of(str(workdir))}"
-        write_section(output, "log", command.strip(), machine, results, _NOTES.format(payload=payload_bytes))
+        write_section(
+            output, "log", command.strip(), machine, results, _NOTES.format(payload=payload_bytes)
+        )
 
 
 _NOTES = """\

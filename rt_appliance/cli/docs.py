@@ -10,7 +10,8 @@ __all__ = ["render_cli_markdown"]
 
 _INTRO = (
     "# The `rt` command\n\n"
-    "Generated from the commands' own `--help` (`make docs`); `rt COMMAND --help` prints the same.\n\n"
+    "Generated from the commands' own `--help` (`make docs`); "
+    "`rt COMMAND --help` prints the same.\n\n"
     "Exit status: 0 success, 1 an operating error (corruption, a full disk, a held lock; "
     "one line on stderr), 2 bad usage.\n"
 )
@@ -20,7 +21,9 @@ def render_cli_markdown() -> str:
     parts = [_INTRO]
 
     def walk(command: click.Command, path: list[str]) -> None:
-        ctx = click.Context(command, info_name=" ".join(path), max_content_width=100, terminal_width=100)
+        ctx = click.Context(
+            command, info_name=" ".join(path), max_content_width=100, terminal_width=100
+        )
         parts.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx)}\n```\n")
         if isinstance(command, click.Group):
             for name in sorted(command.commands):

@@ -36,15 +36,22 @@ def verify(target: str, as_json: bool) -> None:
     reports = verify_directory(path) if path.is_dir() else [verify_file(path)]
     corrupt = any(r.error is not None for r in reports)
     if as_json:
-        click.echo(json.dumps({"ok": not corrupt, "files": [_report_dict(r) for r in reports]}, indent=2))
+        click.echo(
+            json.dumps({"ok": not corrupt, "files": [_report_dict(r) for r in reports]}, indent=2)
+        )
     else:
         click.echo(f"{'file':<16} {'records':>12} {'valid_bytes':>14} {'size_bytes':>14}  status")
         for r in reports:
-            click.echo(f"{r.path.name:<16} {r.records:>12} {r.valid_bytes:>14} {r.size_bytes:>14}  {_status(r)}")
+            click.echo(
+                f"{r.path.name:<16} {r.records:>12} {r.valid_bytes:>14} {r.size_bytes:>14}  "
+                + _status(r)
+            )
         total_records = sum(r.records for r in reports)
         total_bytes = sum(r.valid_bytes for r in reports)
-        click.echo(f"{'total':<16} {total_records:>12} {total_bytes:>14}  {len(reports)} files, "
-                   + ("CORRUPT" if corrupt else "ok"))
+        click.echo(
+            f"{'total':<16} {total_records:>12} {total_bytes:>14}  {len(reports)} files, "
+            + ("CORRUPT" if corrupt else "ok")
+        )
     if corrupt:
         sys.exit(1)
 
@@ -54,24 +61,41 @@ def _status(r: FileReport) -> str:
         return f"CORRUPT at offset {r.error.offset}: {r.error.reason}"
     if r.tail.kind == "clean":
         return "ok"
-    return f"{r.tail.kind} tail at offset {r.tail.offset}: {r.size_bytes - r.valid_bytes} bytes ({r.tail.reason})"
+    cut = r.size_bytes - r.valid_bytes
+    return f"{r.tail.kind} tail at offset {r.tail.offset}: {cut} bytes ({r.tail.reason})"
 
 
 def _report_dict(r: FileReport) -> dict[str, object]:
     return {
-        "file": str(r.path), "records": r.records, "valid_bytes": r.valid_bytes,
-        "size_bytes": r.size_bytes, "tail": r.tail.kind, "status": _status(r),
+        "file": str(r.path),
+        "records": r.records,
+        "valid_bytes": r.valid_bytes,
+        "size_bytes": r.size_bytes,
+        "tail": r.tail.kind,
+        "status": _status(r),
         "corrupt_offset": None if r.error is None else r.error.offset,
     }
 
 
 @log_group.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Records to list (0: header only).")
-@click.option("--offset", type=click.IntRange(min=0), default=0, help="Start listing at this byte offset.")
-@click.option("--payload-bytes", type=click.IntRange(min=0), default=32, show_default=True,
-              help="Payload bytes to show per record.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Records to list (0: header only).",
+)
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=0, help="Start listing at this byte offset."
+)
+@click.option(
+    "--payload-bytes",
+    type=click.IntRange(min=0),
+    default=32,
+    show_default=True,
+    help="Payload bytes to show per record.",
+)
 def inspect(file: str, limit: int, offset: int, payload_bytes: int) -> None:
     """Show a stream file's header and its records, one per line.
 
@@ -82,11 +106,15 @@ def inspect(file: str, limit: int, offset: int, payload_bytes: int) -> None:
     with FileReader(path) as reader:
         h = reader.header
         kind = "merged" if h.kind == FILE_KIND_MERGED else "publisher"
-        click.echo(f"file {path}\n  kind {kind}  session {h.session}  roll {h.roll}  "
-                   f"created_ns {h.created_ns}\n  topic {h.topic!r}  host {h.host!r}  "
-                   f"header_bytes {h.header_bytes}  size_bytes {reader.size()}")
+        click.echo(
+            f"file {path}\n  kind {kind}  session {h.session}  roll {h.roll}  "
+            f"created_ns {h.created_ns}\n  topic {h.topic!r}  host {h.host!r}  "
+            f"header_bytes {h.header_bytes}  size_bytes {reader.size()}"
+        )
         if 0 < offset < h.header_bytes:
-            raise UsageError(f"--offset {offset} falls inside the file header ({h.header_bytes} bytes)")
+            raise UsageError(
+                f"--offset {offset} falls inside the file header ({h.header_bytes} bytes)"
+            )
         at = max(offset, h.header_bytes)
     if limit == 0:
         return
@@ -98,14 +126,18 @@ def inspect(file: str, limit: int, offset: int, payload_bytes: int) -> None:
             if not head:
                 click.echo(f"{at:>12}  end of file")
                 return
-            _, length, kind_b, _, _, ts, rid = RECORD_HEADER.unpack(head.ljust(RECORD_HEADER.size, b"\0"))
+            _, length, kind_b, _, _, ts, rid = RECORD_HEADER.unpack(
+                head.ljust(RECORD_HEADER.size, b"\0")
+            )
             body = f.read(length) if len(head) == RECORD_HEADER.size and length < 1 << 26 else b""
             problem = check_record(head + body, 0)[2]
             if problem:
                 click.echo(f"{at:>12}  stop: {problem}")
                 return
             pos = Position.of(h.session, h.roll, at).format()
-            click.echo(f"{at:>12}  {pos:>20}  {'range' if kind_b else 'msg':<5} {length:>8} {ts:>20} {rid:>12}  "
-                       f"{body[:payload_bytes]!r}")
+            click.echo(
+                f"{at:>12}  {pos:>20}  {'range' if kind_b else 'msg':<5} {length:>8} "
+                f"{ts:>20} {rid:>12}  {body[:payload_bytes]!r}"
+            )
             at += RECORD_HEADER.size + length
             shown += 1

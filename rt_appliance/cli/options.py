@@ -12,7 +12,7 @@ from rt_appliance.sizes import parse_size
 __all__ = ["SIZE"]
 
 
-class SizeType(click.ParamType):
+class SizeType(click.ParamType[int]):
     """A byte size with an optional unit: 4096, 64MiB, 1GiB, 10GB."""
 
     name = "SIZE"

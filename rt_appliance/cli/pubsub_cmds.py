@@ -23,27 +23,72 @@ _STDIN_READ_BYTES = 1 << 20
 
 
 @click.command()
-@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
-              help="Publisher root; messages go to DIR/<topic>.<host>/log.X.Y.")
-@click.option("--topic", required=True,
-              help="Topic name: letters, digits, '_' and '-'; end it in '.dedup' for a deduplicated topic.")
-@click.option("--host", default=None, help="Host name in the directory name  [default: this machine's]")
-@click.option("--fsync", type=click.Choice([d.value for d in Durability]), default="batch", show_default=True,
-              help="always: each read from stdin is durable before the next; batch: same, in groups "
-                   "of lines; interval: every --fsync-interval-ms; never: leave it to the OS.")
-@click.option("--fsync-interval-ms", type=click.IntRange(1, 60_000), default=DEFAULT_FSYNC_INTERVAL_MS,
-              show_default=True, help="Sync period for --fsync interval.")
-@click.option("--roll-bytes", type=SIZE, default=DEFAULT_ROLL_BYTES, show_default="1GiB",
-              help="Start a new file (roll) before a file reaches this size; at most 1GiB.")
-@click.option("--max-bytes", type=SIZE, default=None,
-              help="Disk budget for the directory (at least twice --roll-bytes)  [default: none]")
-@click.option("--on-full", type=click.Choice([p.value for p in OnFull]), default="block", show_default=True,
-              help="When --max-bytes is reached: wait for space, fail, or drop the oldest rolled files.")
-@click.option("--first-id", type=int, default=None,
-              help="Give messages ids FIRST, FIRST+1, ... (required for a .dedup topic).")
+@click.option(
+    "--dir",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Publisher root; messages go to DIR/<topic>.<host>/log.X.Y.",
+)
+@click.option(
+    "--topic",
+    required=True,
+    help="Topic name: letters, digits, '_' and '-'; end it in '.dedup' for a deduplicated topic.",
+)
+@click.option(
+    "--host", default=None, help="Host name in the directory name  [default: this machine's]"
+)
+@click.option(
+    "--fsync",
+    type=click.Choice([d.value for d in Durability]),
+    default="batch",
+    show_default=True,
+    help="always: each read from stdin is durable before the next; batch: same, in groups "
+    "of lines; interval: every --fsync-interval-ms; never: leave it to the OS.",
+)
+@click.option(
+    "--fsync-interval-ms",
+    type=click.IntRange(1, 60_000),
+    default=DEFAULT_FSYNC_INTERVAL_MS,
+    show_default=True,
+    help="Sync period for --fsync interval.",
+)
+@click.option(
+    "--roll-bytes",
+    type=SIZE,
+    default=DEFAULT_ROLL_BYTES,
+    show_default="1GiB",
+    help="Start a new file (roll) before a file reaches this size; at most 1GiB.",
+)
+@click.option(
+    "--max-bytes",
+    type=SIZE,
+    default=None,
+    help="Disk budget for the directory (at least twice --roll-bytes)  [default: none]",
+)
+@click.option(
+    "--on-full",
+    type=click.Choice([p.value for p in OnFull]),
+    default="block",
+    show_default=True,
+    help="When --max-bytes is reached: wait for space, fail, or drop the oldest rolled files.",
+)
+@click.option(
+    "--first-id",
+    type=int,
+    default=None,
+    help="Give messages ids FIRST, FIRST+1, ... (required for a .dedup topic).",
+)
 def publish(
-    directory: str, topic: str, host: str | None, fsync: str, fsync_interval_ms: int,
-    roll_bytes: int, max_bytes: int | None, on_full: str, first_id: int | None,
+    directory: str,
+    topic: str,
+    host: str | None,
+    fsync: str,
+    fsync_interval_ms: int,
+    roll_bytes: int,
+    max_bytes: int | None,
+    on_full: str,
+    first_id: int | None,
 ) -> None:
     """Publish each line of standard input as one message (newline removed).
 
@@ -52,12 +97,20 @@ def publish(
     position after the last one.
     """
     if is_dedup_topic(topic) and first_id is None:
-        raise UsageError(f"topic {topic} is a .dedup topic: give --first-id (the id of the first line)")
+        raise UsageError(
+            f"topic {topic} is a .dedup topic: give --first-id (the id of the first line)"
+        )
     next_id = first_id
     count = 0
     with Publisher(
-        directory, topic, host, fsync=fsync, fsync_interval_ms=fsync_interval_ms,
-        roll_bytes=roll_bytes, max_bytes=max_bytes, on_full=on_full,
+        directory,
+        topic,
+        host,
+        fsync=fsync,
+        fsync_interval_ms=fsync_interval_ms,
+        roll_bytes=roll_bytes,
+        max_bytes=max_bytes,
+        on_full=on_full,
     ) as publisher:
         for lines in _stdin_lines():
             ids = None
@@ -67,7 +120,10 @@ def publish(
             publisher.publish_batch(lines, ids=ids)
             count += len(lines)
         end = publisher.flush()
-    click.echo(f"published {count} messages to {publisher.directory}; next position {end.format()}", err=True)
+    click.echo(
+        f"published {count} messages to {publisher.directory}; next position {end.format()}",
+        err=True,
+    )
 
 
 def _stdin_lines() -> Iterator[list[bytes]]:
@@ -83,19 +139,41 @@ def _stdin_lines() -> Iterator[list[bytes]]:
 
 
 @click.command()
-@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
-              help="Stream directory to read: a publisher's DIR/<topic>.<host>, or a merged log.")
-@click.option("--from", "start", default="start", show_default=True,
-              help="Where to start: 'start', 'end', or a position printed earlier "
-                   "(its next_position resumes after that message).")
+@click.option(
+    "--dir",
+    "directory",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Stream directory to read: a publisher's DIR/<topic>.<host>, or a merged log.",
+)
+@click.option(
+    "--from",
+    "start",
+    default="start",
+    show_default=True,
+    help="Where to start: 'start', 'end', or a position printed earlier "
+    "(its next_position resumes after that message).",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new messages (inotify).")
 @click.option("--topic", "topics", multiple=True, help="Only this topic (repeat for several).")
-@click.option("--payload", "payload_format", type=click.Choice(["auto", "text", "base64"]), default="auto",
-              show_default=True,
-              help="auto: 'payload' as text when it is UTF-8, else 'payload_base64'.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Stop after this many messages.")
+@click.option(
+    "--payload",
+    "payload_format",
+    type=click.Choice(["auto", "text", "base64"]),
+    default="auto",
+    show_default=True,
+    help="auto: 'payload' as text when it is UTF-8, else 'payload_base64'.",
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=None, help="Stop after this many messages."
+)
 def subscribe(
-    directory: str, start: str, follow: bool, topics: tuple[str, ...], payload_format: str, limit: int | None,
+    directory: str,
+    start: str,
+    follow: bool,
+    topics: tuple[str, ...],
+    payload_format: str,
+    limit: int | None,
 ) -> None:
     """Print messages as JSON lines.
 
@@ -139,7 +217,9 @@ def _json_line(message: Message, payload_format: str) -> str:
             record["payload"] = message.payload.decode()
         except UnicodeDecodeError:
             if payload_format == "text":
-                raise UsageError(f"payload at {message.position.format()} is not UTF-8; use --payload base64") from None
+                raise UsageError(
+                    f"payload at {message.position.format()} is not UTF-8; use --payload base64"
+                ) from None
             record["payload_base64"] = base64.b64encode(message.payload).decode()
     return json.dumps(record, separators=(",", ":")) + "\n"
 

@@ -81,14 +81,23 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-def _publish(root: Path, result: DemoResult, rate: int, duration_s: float, roll_bytes: int,
-             say: Callable[[str], None]) -> None:
+def _publish(
+    root: Path,
+    result: DemoResult,
+    rate: int,
+    duration_s: float,
+    roll_bytes: int,
+    say: Callable[[str], None],
+) -> None:
     total = max(2, int(rate * duration_s))
     interval = 1.0 / rate
     next_id = 1
     for half, count in enumerate((total // 2, total - total // 2), start=1):
         with Publisher(root, TOPIC, HOST, fsync="batch", roll_bytes=roll_bytes) as pub:
-            say(f"  publisher start {half}: session {pub.session}, writing {pub.directory}/log.{pub.session}.*")
+            say(
+                f"  publisher start {half}: session {pub.session}, "
+                f"writing {pub.directory}/log.{pub.session}.*"
+            )
             if next_id == 1:
                 pub.publish(b'{"seq": 1}', id=1)
                 next_id, count = 2, count - 1
@@ -106,21 +115,25 @@ def _publish(root: Path, result: DemoResult, rate: int, duration_s: float, roll_
     result.published = next_id - 1
 
 
-def run_single_host(workdir: Path, rate: int, duration_s: float, roll_bytes: int,
-                    say: Callable[[str], None]) -> dict[str, object]:
+def run_single_host(
+    workdir: Path, rate: int, duration_s: float, roll_bytes: int, say: Callable[[str], None]
+) -> dict[str, object]:
     """Run the demo in ``workdir``; returns the summary also written to summary.json."""
     root = workdir / "pub"
     directory = root / f"{TOPIC}.{HOST}"
     directory.mkdir(parents=True, exist_ok=True)
     result = DemoResult()
     say(f"1. subscriber: rt subscribe --dir {directory} --follow  (a separate process)")
-    proc = subprocess.Popen(_rt("subscribe", "--dir", str(directory), "--follow"),
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _rt("subscribe", "--dir", str(directory), "--follow"), stdout=subprocess.PIPE, text=True
+    )
     try:
         reader = threading.Thread(target=_consume, args=(proc, result), daemon=True)
         reader.start()
-        say(f"2. publisher: {int(rate * duration_s)} messages at {rate}/s over {duration_s:g}s, "
-            f"files roll every {roll_bytes} bytes, restarted halfway")
+        say(
+            f"2. publisher: {int(rate * duration_s)} messages at {rate}/s over {duration_s:g}s, "
+            f"files roll every {roll_bytes} bytes, restarted halfway"
+        )
         _publish(root, result, rate, duration_s, roll_bytes, say)
         say("3. waiting for the subscriber to deliver every message")
         _wait_for(lambda: len(result.delivered) >= result.published, 30)
@@ -131,8 +144,10 @@ def run_single_host(workdir: Path, rate: int, duration_s: float, roll_bytes: int
     say(f"5. rt log verify {directory}")
     reports = verify_directory(directory)
     for r in reports:
-        say(f"   {r.path.name:<10} {r.records:>8} records {r.valid_bytes:>10} bytes  "
-            f"{'ok' if r.ok else r.tail.kind}")
+        say(
+            f"   {r.path.name:<10} {r.records:>8} records {r.valid_bytes:>10} bytes  "
+            f"{'ok' if r.ok else r.tail.kind}"
+        )
     summary = result.summary(directory, all(r.error is None for r in reports), resume_ok)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -146,8 +161,12 @@ def _resume(directory: Path, result: DemoResult, say: Callable[[str], None]) -> 
         say("4. resume: skipped (the middle message was not delivered)")
         return False
     say(f"4. resume: rt subscribe --from {position} --limit 3  (next_position of message {middle})")
-    out = subprocess.run(_rt("subscribe", "--dir", str(directory), "--from", position, "--limit", "3"),
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        _rt("subscribe", "--dir", str(directory), "--from", position, "--limit", "3"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     ids = [json.loads(line)["id"] for line in out.splitlines()]
     say(f"   delivered ids {ids}")
     return ids == list(range(middle + 1, middle + 1 + len(ids))) and len(ids) == 3

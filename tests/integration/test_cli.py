@@ -18,9 +18,16 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def rt(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([sys.executable, "-m", "rt_appliance.cli", *args], input=stdin,
-                            capture_output=True, text=True, timeout=120)
+def rt(
+    *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "rt_appliance.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"rt {' '.join(args)} exited {result.returncode}: {result.stderr}")
     return result
@@ -28,7 +35,14 @@ def rt(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.C
 
 def test_version_and_help() -> None:
     assert rt("--version").stdout.strip() == f"rt, version {__version__}"
-    for command in (["publish"], ["subscribe"], ["log", "verify"], ["log", "inspect"], ["demo"], ["bench", "log"]):
+    for command in (
+        ["publish"],
+        ["subscribe"],
+        ["log", "verify"],
+        ["log", "inspect"],
+        ["demo"],
+        ["bench", "log"],
+    ):
         out = rt(*command, "--help").stdout
         assert "Usage: rt" in out and "--help" in out
 
@@ -39,8 +53,16 @@ def test_cli_docs_match_the_commands() -> None:
 
 def test_publish_then_subscribe_round_trip(tmp_path: Path) -> None:
     lines = [f"message {i}" for i in range(500)] + ["ünïcode ✓"]
-    out = rt("publish", "--dir", str(tmp_path), "--topic", "trades", "--host", "h1",
-             stdin="\n".join(lines) + "\n")
+    out = rt(
+        "publish",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "trades",
+        "--host",
+        "h1",
+        stdin="\n".join(lines) + "\n",
+    )
     assert "published 501 messages" in out.stderr
     sub = rt("subscribe", "--dir", str(tmp_path / "trades.h1"))
     messages = [json.loads(line) for line in sub.stdout.splitlines()]
@@ -48,19 +70,47 @@ def test_publish_then_subscribe_round_trip(tmp_path: Path) -> None:
     assert {m["topic"] for m in messages} == {"trades"} and {m["host"] for m in messages} == {"h1"}
     assert all(m["timestamp"].endswith("Z") and m["timestamp_ns"] > 0 for m in messages)
     # Resuming from a next_position delivers exactly the following messages.
-    rest = rt("subscribe", "--dir", str(tmp_path / "trades.h1"), "--from", messages[99]["next_position"])
+    rest = rt(
+        "subscribe", "--dir", str(tmp_path / "trades.h1"), "--from", messages[99]["next_position"]
+    )
     assert [json.loads(line)["payload"] for line in rest.stdout.splitlines()] == lines[100:]
     # --from end delivers nothing new; --limit stops early.
     assert rt("subscribe", "--dir", str(tmp_path / "trades.h1"), "--from", "end").stdout == ""
-    limited = rt("subscribe", "--dir", str(tmp_path / "trades.h1"), "--limit", "3").stdout.splitlines()
+    limited = rt(
+        "subscribe", "--dir", str(tmp_path / "trades.h1"), "--limit", "3"
+    ).stdout.splitlines()
     assert [json.loads(line)["payload"] for line in limited] == lines[:3]
 
 
 def test_dedup_topic_needs_first_id(tmp_path: Path) -> None:
-    bad = rt("publish", "--dir", str(tmp_path), "--topic", "q.dedup", "--host", "h1", stdin="a\n", check=False)
+    bad = rt(
+        "publish",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "q.dedup",
+        "--host",
+        "h1",
+        stdin="a\n",
+        check=False,
+    )
     assert bad.returncode == 2 and "--first-id" in bad.stderr
-    rt("publish", "--dir", str(tmp_path), "--topic", "q.dedup", "--host", "h1", "--first-id", "7", stdin="a\nb\n")
-    ids = [json.loads(line)["id"] for line in rt("subscribe", "--dir", str(tmp_path / "q.dedup.h1")).stdout.splitlines()]
+    rt(
+        "publish",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "q.dedup",
+        "--host",
+        "h1",
+        "--first-id",
+        "7",
+        stdin="a\nb\n",
+    )
+    ids = [
+        json.loads(line)["id"]
+        for line in rt("subscribe", "--dir", str(tmp_path / "q.dedup.h1")).stdout.splitlines()
+    ]
     assert ids == [7, 8]
 
 
@@ -74,8 +124,18 @@ def test_binary_payload_is_base64(tmp_path: Path) -> None:
 
 
 def test_verify_reports_and_exits_1_on_corruption(tmp_path: Path) -> None:
-    rt("publish", "--dir", str(tmp_path), "--topic", "t", "--host", "h1", "--roll-bytes", "4KiB",
-       stdin="".join(f"payload number {i}\n" for i in range(1000)))
+    rt(
+        "publish",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        "--host",
+        "h1",
+        "--roll-bytes",
+        "4KiB",
+        stdin="".join(f"payload number {i}\n" for i in range(1000)),
+    )
     directory = tmp_path / "t.h1"
     ok = rt("log", "verify", str(directory), "--json")
     report = json.loads(ok.stdout)
@@ -100,10 +160,24 @@ def test_inspect_shows_header_and_records(tmp_path: Path) -> None:
 
 def test_errors_are_one_line(tmp_path: Path) -> None:
     missing = rt("subscribe", "--dir", str(tmp_path / "nope"), check=False)
-    assert missing.returncode == 1 and missing.stderr.startswith("rt: error:") and "Traceback" not in missing.stderr
+    assert (
+        missing.returncode == 1
+        and missing.stderr.startswith("rt: error:")
+        and "Traceback" not in missing.stderr
+    )
     bad_pos = rt("subscribe", "--dir", str(tmp_path), "--from", "banana", check=False)
     assert bad_pos.returncode == 1 and "not a position" in bad_pos.stderr
-    bad_size = rt("publish", "--dir", str(tmp_path), "--topic", "t", "--roll-bytes", "lots", stdin="", check=False)
+    bad_size = rt(
+        "publish",
+        "--dir",
+        str(tmp_path),
+        "--topic",
+        "t",
+        "--roll-bytes",
+        "lots",
+        stdin="",
+        check=False,
+    )
     assert bad_size.returncode == 2 and "not a size" in bad_size.stderr
 
 

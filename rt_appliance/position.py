@@ -46,6 +46,8 @@ class Position(int):
     @classmethod
     def parse(cls, text: str | int) -> Self:
         """Parse a position as printed by :meth:`format` (decimal), or an int."""
+        if isinstance(text, bool) or not isinstance(text, (str, int)):
+            raise InvalidPositionError(f"not a position: {text!r}")
         try:
             value = int(text)
         except (TypeError, ValueError) as exc:

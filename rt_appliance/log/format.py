@@ -5,11 +5,11 @@ the value of :func:`zlib.crc32`). Full specification: ``docs/LOG_FORMAT.md``.
 
 File header (``HEADER_FIXED`` + topic + host + CRC, at offset 0 of every file)::
 
-    0        8        10   11   12       16       20               28     30  31  32
-    +--------+--------+----+----+--------+--------+----------------+------+---+---+-------+------+-------+
-    | magic  |version |kind|rsvd|session |  roll  |   created_ns   |hdr_sz|tl |hl | topic | host | crc32 |
-    | 8 B    | u16    | u8 | u8 | u32    | u32    |      i64       | u16  |u8 |u8 | tl B  | hl B | u32   |
-    +--------+--------+----+----+--------+--------+----------------+------+---+---+-------+------+-------+
+    0        8        10   11   12       16       20             28     30  31  32
+    +--------+--------+----+----+--------+--------+--------------+------+---+---+-----+-----+-----+
+    | magic  |version |kind|rsvd|session |  roll  |  created_ns  |hdr_sz|tl |hl |topic|host |crc32|
+    | 8 B    | u16    | u8 | u8 | u32    | u32    |     i64      | u16  |u8 |u8 |tl B |hl B | u32 |
+    +--------+--------+----+----+--------+--------+--------------+------+---+---+-----+-----+-----+
     header crc32 covers every header byte before it; hdr_sz = 36 + tl + hl.
 
 Record (``RECORD_HEADER`` + payload, back to back after the file header)::
@@ -192,7 +192,10 @@ def encode_batch(
     bodies = (
         [pack(len(p), 0, 0, 0, timestamp_ns, 0) + p for p in payloads]
         if ids is None
-        else [pack(len(p), 0, 0, 0, timestamp_ns, i) + p for p, i in zip(payloads, ids, strict=True)]
+        else [
+            pack(len(p), 0, 0, 0, timestamp_ns, i) + p
+            for p, i in zip(payloads, ids, strict=True)
+        ]
     )
     sizes = [len(b) + 4 for b in bodies]
     if max(sizes, default=0) > MAX_PAYLOAD_BYTES + RECORD_HEADER.size:

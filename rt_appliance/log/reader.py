@@ -11,13 +11,16 @@ damage in a file that is not the last one), following ``docs/RECOVERY.md``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rt_appliance.errors import CorruptLogError
-from rt_appliance.limits import MAX_BATCH_MESSAGES, READ_CHUNK_BYTES
+from rt_appliance.errors import CorruptLogError, InvalidPositionError
+from rt_appliance.limits import MAX_BATCH_MESSAGES, MAX_PAYLOAD_BYTES, READ_CHUNK_BYTES
 from rt_appliance.log.format import (
     FILE_KIND_MERGED,
+    KIND_MESSAGE,
+    KIND_RANGE,
     RECORD_HEADER,
     FileHeader,
     decode_file_header,
@@ -25,7 +28,7 @@ from rt_appliance.log.format import (
 )
 from rt_appliance.log.scan import Scan, Stop, check_record, scan
 
-__all__ = ["Block", "FileReader", "TailState", "read_header"]
+__all__ = ["Block", "FileReader", "TailState", "find_valid_record", "read_header"]
 
 _MAX_HEADER_BYTES = 1024
 
@@ -64,8 +67,16 @@ def read_header(path: Path, fd: int) -> FileHeader:
 class FileReader:
     """Reads blocks of records from one stream file, from a byte offset on."""
 
-    def __init__(self, path: Path, offset: int = 0) -> None:
+    def __init__(self, path: Path, offset: int = 0, *, strict_tail: bool = False) -> None:
+        """Open ``path`` to read from byte ``offset`` (0: after the header).
+
+        ``strict_tail`` makes the end of the valid records a corruption error also
+        when a record that runs past the end of the file hides valid records
+        (verification and writer recovery; a follower must not, since the writer
+        may be in the middle of that record).
+        """
         self.path = path
+        self._strict_tail = strict_tail
         self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             self.header = read_header(path, self._fd)
@@ -95,6 +106,10 @@ class FileReader:
     def size(self) -> int:
         return os.fstat(self._fd).st_size
 
+    def pread(self, nbytes: int, offset: int) -> bytes:
+        """Up to ``nbytes`` raw bytes of the file from ``offset``."""
+        return os.pread(self._fd, nbytes, offset)
+
     def read_block(self, limit: int = MAX_BATCH_MESSAGES, decode: bool = True) -> Block | None:
         """The next block of up to ``limit`` records, or None at the end of the valid data.
 
@@ -123,8 +138,9 @@ class FileReader:
             if records.stop is Stop.NEED_MORE and self._needs_bigger_chunk(buf):
                 chunk = self._record_size(buf)
                 continue
-            if records.stop is Stop.RANGE and not self.merged:
-                raise CorruptLogError(str(self.path), self.offset, "range record in a publisher log")
+            if records.stop is Stop.RANGE:
+                where = "a publisher log" if not self.merged else "the bytes of a range"
+                raise CorruptLogError(str(self.path), self.offset, f"range record in {where}")
             self.tail = self._classify(records, buf)
             return None
 
@@ -133,7 +149,8 @@ class FileReader:
 
     def _record_size(self, buf: bytes) -> int:
         length: int = RECORD_HEADER.unpack_from(buf, 0)[1]
-        return RECORD_HEADER.size + length if self.offset + RECORD_HEADER.size + length <= self.size() else 0
+        fits = self.offset + RECORD_HEADER.size + length <= self.size()
+        return RECORD_HEADER.size + length if fits else 0
 
     def _enter_range(self) -> bool:
         """Read the range record at :attr:`offset` (merged log) and take its source."""
@@ -155,28 +172,82 @@ class FileReader:
         self.offset = self.header.header_bytes
         self._range_end = self.offset
         while self.offset < offset:
+            range_start = self.offset
             if not self._enter_range():
-                raise CorruptLogError(str(self.path), self.offset, "no range record here")
+                raise InvalidPositionError(f"{self.path}: offset {offset} is past the valid data")
+            if range_start < offset < self.offset:
+                raise InvalidPositionError(f"{self.path}: offset {offset} is inside a range record")
             if self._range_end >= offset:
                 self.offset = offset
                 return
             self.offset = self._range_end
-        if self.offset != offset:
-            raise CorruptLogError(str(self.path), offset, "position is not inside a range")
 
     def _classify(self, records: Scan, buf: bytes) -> TailState:
-        """Turn the stop of an empty scan at :attr:`offset` into a tail or an error."""
+        """Turn the stop of an empty scan at :attr:`offset` into a tail or an error.
+
+        A bad record is a torn tail only if no valid record lies anywhere after
+        it: its length field may be the damaged part, so the search does not
+        trust it. A record running past the end of the file may be one the writer
+        is still writing; it is only searched past with ``strict_tail``.
+        """
         size = self.size()
         if self.offset >= size:
             return TailState(self.offset, "clean")
-        kind, end, problem = check_record(buf, 0)
-        if problem == "incomplete" or (problem and self.offset + end >= size):
-            return TailState(self.offset, "incomplete" if problem == "incomplete" else "torn", problem)
-        if problem and end > 0:
-            after = os.pread(self._fd, RECORD_HEADER.size + (1 << 16), self.offset + end)
-            if check_record(after, 0)[2] == "":
-                raise CorruptLogError(str(self.path), self.offset, f"{problem}, valid records follow")
-        return TailState(self.offset, "torn", problem or records.reason)
+        _, _, problem = check_record(buf, 0)
+        problem = problem or records.reason or "bad record"
+        if problem != "incomplete" or self._strict_tail:
+            found = find_valid_record(self._fd, self.offset + 1, size)
+            if found is not None:
+                why = f"{problem}; a valid record follows at offset {found}"
+                raise CorruptLogError(str(self.path), self.offset, why)
+        return TailState(self.offset, "incomplete" if problem == "incomplete" else "torn", problem)
+
+
+def find_valid_record(fd: int, start: int, size: int) -> int | None:
+    """The offset of the first valid record at or after ``start``, at any byte offset.
+
+    Used after a bad record to tell corruption (valid records follow) from a torn
+    tail (nothing valid follows). Candidates are offsets whose flags and reserved
+    bytes are zero, as every record's are, so the cost is mostly ``bytes.find``;
+    runs of zero bytes (never-written blocks) are skipped whole.
+    """
+    head = RECORD_HEADER.size
+    base = start
+    while base + head <= size:
+        buf = os.pread(fd, READ_CHUNK_BYTES + head, base)
+        last = min(len(buf) - head, READ_CHUNK_BYTES - 1)  # candidates this chunk owns
+        cand = 0
+        while cand <= last:
+            at = buf.find(b"\0\0\0", cand + 9)
+            if at < 0 or at - 9 > last:
+                break
+            cand = at - 9
+            if buf[cand : cand + head] == _ZERO_HEADER:
+                nonzero = _NONZERO.search(buf, cand + head)
+                cand = max(cand + 1, (nonzero.start() if nonzero else len(buf)) - head + 1)
+                continue
+            if _is_record(fd, buf, cand, base, size):
+                return base + cand
+            cand += 1
+        base += READ_CHUNK_BYTES
+    return None
+
+
+_ZERO_HEADER = bytes(RECORD_HEADER.size)
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def _is_record(fd: int, buf: bytes, cand: int, base: int, size: int) -> bool:
+    """Whether a valid record starts at ``buf[cand]`` (``base + cand`` in the file)."""
+    kind, length = buf[cand + 8], int.from_bytes(buf[cand + 4 : cand + 8], "little")
+    if kind not in (KIND_MESSAGE, KIND_RANGE) or length > MAX_PAYLOAD_BYTES:
+        return False
+    end = cand + RECORD_HEADER.size + length
+    if base + end > size:
+        return False
+    if end <= len(buf):
+        return check_record(buf, cand)[2] == ""
+    return check_record(os.pread(fd, end - cand, base + cand), 0)[2] == ""
 
 
 def _clip(records: Scan, room: int) -> Scan:
@@ -184,6 +255,8 @@ def _clip(records: Scan, room: int) -> Scan:
     if records.stop_offset <= room:
         return records
     keep = sum(1 for o in records.offsets if o < room)
+    if keep == len(records.offsets):  # the last record straddles the range end
+        return records
     records.stop_offset = records.offsets[keep]
     del records.offsets[keep:]
     records.timestamps_ns, records.ids = records.timestamps_ns[:keep], records.ids[:keep]

@@ -8,13 +8,15 @@ What the last file shows                        Writer start                Read
 ends on a record boundary                      new session                 clean end
 record runs past end of file                   truncate, report, new sess  end of valid log
 bad record, nothing valid after it             truncate, report, new sess  end of valid log
-bad record, a valid record right after it      refuse: CorruptLogError     CorruptLogError
-header short or bad                            remove file, new session    CorruptLogError*
+bad record, a valid record anywhere after it   refuse: CorruptLogError     CorruptLogError
+header shorter than a header, or all zeros     remove file, new session    CorruptLogError*
+header complete but bad                        refuse: CorruptLogError     CorruptLogError
 any damage in a file that is not the last one  (not scanned)               CorruptLogError
+leftover ``.log.X.Y.new`` (header being made)  removed                     ignored
 =============================================  ==========================  ==============
 
-\\* a reader meets a bad header in the last file only while a writer is creating
-it, or after a crash that writer recovery then removes.
+\\* a writer creates a file under a hidden name and renames it once its header is
+durable, so a short header means damage from outside or an older writer's crash.
 """
 
 from __future__ import annotations
@@ -24,13 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError
-from rt_appliance.log.format import RECORD_HEADER
+from rt_appliance.log.format import HEADER_FIXED, MAGIC, RECORD_HEADER
 from rt_appliance.log.reader import FileReader, TailState
-from rt_appliance.log.segments import StreamFile, fsync_dir, list_files
+from rt_appliance.log.segments import StreamFile, fsync_dir, list_files, temporary_files
 
 _MAX_COUNTED_BYTES = 64 << 20  # cut bytes walked to count records; beyond, a lower bound
 
-__all__ = ["FileReport", "TruncationReport", "recover_last_file", "verify_directory", "verify_file"]
+__all__ = [
+    "FileReport",
+    "TruncationReport",
+    "recover_last_file",
+    "remove_temporary_files",
+    "verify_directory",
+    "verify_file",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,30 +71,57 @@ class TruncationReport:
 
 
 def verify_file(path: Path) -> FileReport:
-    """Scan every record of ``path``, checking each CRC; never raises for bad data."""
+    """Scan every record of ``path``, checking each CRC; never raises for bad data.
+
+    ``records`` counts the valid records before the end of the valid data (or
+    before the corruption, when there is some).
+    """
     size = path.stat().st_size
+    count = 0
     try:
-        with FileReader(path) as reader:
-            count = 0
+        with FileReader(path, strict_tail=True) as reader:
             while (block := reader.read_block(decode=False)) is not None:
                 count += len(block.records.offsets)
-            assert reader.tail is not None
-            return FileReport(path, count, reader.tail.offset, size, reader.tail)
+            tail = reader.tail
+            if tail is None:  # read_block returned None, so it set the tail
+                raise CorruptLogError(str(path), reader.offset, "reader stopped without a tail")
+            return FileReport(path, count, tail.offset, size, tail)
     except CorruptLogError as exc:
-        return FileReport(path, 0, exc.offset, size, TailState(exc.offset, "corrupt", exc.reason), exc)
+        tail = TailState(exc.offset, "corrupt", exc.reason)
+        return FileReport(path, count, exc.offset, size, tail, exc)
 
 
 def verify_directory(directory: Path) -> list[FileReport]:
     """:func:`verify_file` for every stream file; damage before the last file is an error."""
     files = list_files(directory)
     reports = [verify_file(f.path) for f in files]
-    for i, report in enumerate(reports[:-1]):
-        if report.error is None and report.tail.kind != "clean":
-            error = CorruptLogError(
-                str(report.path), report.tail.offset, f"{report.tail.kind} tail in a file followed by later files"
-            )
-            reports[i] = FileReport(report.path, report.records, report.valid_bytes, report.size_bytes, report.tail, error)
+    for i, r in enumerate(reports[:-1]):
+        if r.error is None and r.tail.kind != "clean":
+            why = f"{r.tail.kind} tail ({r.tail.reason}) in a file followed by later files"
+            error = CorruptLogError(str(r.path), r.tail.offset, why)
+            reports[i] = FileReport(r.path, r.records, r.valid_bytes, r.size_bytes, r.tail, error)
     return reports
+
+
+def remove_temporary_files(directory: Path) -> list[Path]:
+    """Delete the ``.log.X.Y.new`` files a stopped writer left; they hold only a header."""
+    removed = temporary_files(directory)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    if removed:
+        fsync_dir(directory)
+    return removed
+
+
+def _is_torn_header(path: Path) -> bool:
+    """Whether ``path`` is shorter than its own header, or only zeros: it holds nothing."""
+    with open(path, "rb") as f:
+        data = f.read(1 << 16)
+        rest_is_zero = not data.strip(b"\0") and not f.read(1)
+    if rest_is_zero or len(data) < HEADER_FIXED.size:
+        return True
+    declared = HEADER_FIXED.unpack_from(data)[6]
+    return data.startswith(MAGIC) and len(data) < declared
 
 
 def _count_cut_records(data: bytes) -> int:
@@ -110,7 +146,7 @@ def recover_last_file(directory: Path) -> TruncationReport | None:
         return None
     last: StreamFile = files[-1]
     report = verify_file(last.path)
-    if report.error is not None and report.error.offset == 0:  # bad header: holds nothing
+    if report.error is not None and report.error.offset == 0 and _is_torn_header(last.path):
         os.unlink(last.path)
         fsync_dir(directory)
         return TruncationReport(last.path, 0, report.size_bytes, 0, True, report.error.reason)
@@ -124,7 +160,6 @@ def recover_last_file(directory: Path) -> TruncationReport | None:
         f.truncate(report.valid_bytes)
         f.flush()
         os.fsync(f.fileno())
-    return TruncationReport(
-        last.path, report.valid_bytes, report.size_bytes - report.valid_bytes, lost, False,
-        report.tail.reason or report.tail.kind,
-    )
+    lost_bytes = report.size_bytes - report.valid_bytes
+    reason = report.tail.reason or report.tail.kind
+    return TruncationReport(last.path, report.valid_bytes, lost_bytes, lost, False, reason)

@@ -3,6 +3,7 @@
 Layout of a directory::
 
     log.1.0 log.1.1 log.2.0 ...   stream files, read in (session, roll) order
+    .log.2.1.new                  a file whose header is being written (renamed when done)
     .lock                         flock()ed by the one writer; holds its pid
     .session                      the last session number handed out (decimal)
 
@@ -13,6 +14,7 @@ never reused in a directory.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from dataclasses import dataclass
@@ -22,17 +24,20 @@ from rt_appliance.errors import LogError, LogLockedError
 from rt_appliance.log.naming import file_name, parse_file_name
 
 __all__ = [
+    "TEMPORARY_SUFFIX",
     "DirectoryLock",
     "StreamFile",
     "fsync_dir",
-    "stream_file",
     "list_files",
     "next_session",
+    "stream_file",
+    "temporary_files",
     "total_bytes",
 ]
 
 LOCK_NAME = ".lock"
 SESSION_NAME = ".session"
+TEMPORARY_SUFFIX = ".new"
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -63,14 +68,27 @@ def list_files(directory: Path) -> list[StreamFile]:
     return files
 
 
+def temporary_files(directory: Path) -> list[Path]:
+    """Files a writer was creating (``.log.X.Y.new``) when it stopped."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return [
+        directory / name
+        for name in names
+        if name.startswith(".")
+        and name.endswith(TEMPORARY_SUFFIX)
+        and parse_file_name(name[1 : -len(TEMPORARY_SUFFIX)]) is not None
+    ]
+
+
 def total_bytes(files: list[StreamFile]) -> int:
     """Sum of the sizes of ``files`` that still exist."""
     size = 0
     for f in files:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             size += f.path.stat().st_size
-        except FileNotFoundError:
-            pass
     return size
 
 

@@ -5,11 +5,13 @@ Order of operations, which recovery (``docs/RECOVERY.md``) relies on:
 1. take the directory lock (one writer per directory);
 2. repair the last file's torn tail (:func:`recover_last_file`), reporting the cut;
 3. take a new session number (``.session``, fsynced) and create ``log.<session>.0``:
-   write the header, fsync the file, fsync the directory;
-4. append: ``write`` whole records; on any write error cut the file back to where
-   it was, so a failed append leaves no partial record behind;
-5. roll when the next records would take the file to ``roll_bytes``: fsync the
-   finished file (unless durability is ``never``), then step 3 with roll + 1.
+   write the header to a hidden temporary name, fsync it, rename it into place and
+   fsync the directory, so a reader never sees a stream file without its header;
+4. append: ``write`` whole records; on any write error cut every file the call
+   touched back to where it was, so a failed append leaves nothing of itself;
+5. roll when the next records would take the file to ``roll_bytes``: create the
+   next file (step 3 with roll + 1), then fsync the finished file (unless
+   durability is ``never``) and close it.
 
 A writer never appends to a file it did not create, so an old session's tail is
 never extended.
@@ -17,6 +19,7 @@ never extended.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
@@ -28,8 +31,16 @@ from rt_appliance.errors import LogError, LogFullError, RecordTooLargeError, Usa
 from rt_appliance.invariants import invariant
 from rt_appliance.limits import MAX_ROLL, MAX_ROLL_BYTES, MIN_ROLL_BYTES, OFFSET_BITS, ROLL_BITS
 from rt_appliance.log.format import encode_file_header
-from rt_appliance.log.recovery import TruncationReport, recover_last_file
-from rt_appliance.log.segments import DirectoryLock, StreamFile, fsync_dir, next_session, stream_file
+from rt_appliance.log.naming import file_name
+from rt_appliance.log.recovery import TruncationReport, recover_last_file, remove_temporary_files
+from rt_appliance.log.segments import (
+    TEMPORARY_SUFFIX,
+    DirectoryLock,
+    StreamFile,
+    fsync_dir,
+    next_session,
+    stream_file,
+)
 from rt_appliance.position import Position
 
 __all__ = ["LogWriter"]
@@ -52,7 +63,9 @@ class LogWriter:
         clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         if not MIN_ROLL_BYTES <= roll_bytes <= MAX_ROLL_BYTES:
-            raise UsageError(f"roll_bytes must be {MIN_ROLL_BYTES}..{MAX_ROLL_BYTES}, got {roll_bytes}")
+            raise UsageError(
+                f"roll_bytes must be {MIN_ROLL_BYTES}..{MAX_ROLL_BYTES}, got {roll_bytes}"
+            )
         self.directory = directory
         self.roll_bytes = roll_bytes
         self._kind, self._topic, self._host = kind, topic, host
@@ -61,18 +74,23 @@ class LogWriter:
         self._fd = -1
         try:
             directory.mkdir(parents=True, exist_ok=True)
+            self._lock = DirectoryLock(directory)
         except OSError as exc:
-            raise LogError(f"cannot create {directory}: {exc.strerror}") from exc
-        self._lock = DirectoryLock(directory)
+            raise LogError(f"cannot open {directory}: {exc.strerror}") from exc
         try:
+            remove_temporary_files(directory)
             self.recovery: TruncationReport | None = recover_last_file(directory)
             self.session = next_session(directory)
             self.roll = 0
-            self.size = 0
-            self._open_file()
+            self._fd, self._path, self.size = self._create(self.session, 0)
+        except OSError as exc:
+            self._lock.release()
+            raise LogError(f"cannot start a writer in {directory}: {exc.strerror}") from exc
         except BaseException:
             self._lock.release()
             raise
+        self._header_bytes = self.size
+        self._base = (self.session << _SESSION_SHIFT) | (self.roll << OFFSET_BITS)
 
     @property
     def current(self) -> StreamFile:
@@ -83,40 +101,83 @@ class LogWriter:
         """Where the next record will start (in the current file)."""
         return Position(self._base | self.size)
 
-    def _open_file(self) -> None:
-        path = self.current.path
+    def bytes_needed(self, sizes: list[int]) -> int:
+        """Bytes that appending records of ``sizes`` adds to the directory, new headers included.
+
+        Raises :class:`RecordTooLargeError` for a record that cannot fit in any file.
+        """
+        room = self.roll_bytes - self._header_bytes
+        largest = max(sizes)
+        if largest >= room:
+            raise RecordTooLargeError(
+                f"a {largest}-byte record cannot fit in roll_bytes={self.roll_bytes}"
+            )
+        total = sum(sizes)
+        if self.size + total < self.roll_bytes:
+            return total
+        size = self.size
+        for s in sizes:  # the same packing as _append_rolling
+            if size + s >= self.roll_bytes:
+                size = self._header_bytes
+                total += self._header_bytes
+            size += s
+        return total
+
+    def _create(self, session: int, roll: int) -> tuple[int, Path, int]:
+        """Create ``log.<session>.<roll>`` with its header; returns (fd, path, size)."""
+        name = file_name(session, roll)
+        final = self.directory / name
+        temporary = self.directory / f".{name}{TEMPORARY_SUFFIX}"
         header = encode_file_header(
-            self._kind, self.session, self.roll, self._clock_ns(), self._topic, self._host
+            self._kind, session, roll, self._clock_ns(), self._topic, self._host
         )
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        if final.exists():  # sessions are never reused: an existing file is a bug elsewhere
+            raise LogError(f"{final} already exists; refusing to overwrite it")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
         try:
-            _write_all(fd, header, path, 0)
+            fd = os.open(temporary, flags, 0o644)
+        except OSError as exc:
+            _raise_mapped(exc, final, "cannot create")
+        try:
+            _write_all(fd, header, temporary, 0)
             os.fdatasync(fd)
-        except BaseException:
+            os.rename(temporary, final)
+            fsync_dir(self.directory)
+        except BaseException as exc:
             os.close(fd)
-            os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            if isinstance(exc, OSError):
+                _raise_mapped(exc, final, "cannot create")
             raise
-        fsync_dir(self.directory)
-        self._fd, self.size, self._path = fd, len(header), path
-        self._header_bytes = len(header)
-        self._base = (self.session << _SESSION_SHIFT) | (self.roll << OFFSET_BITS)
+        return fd, final, len(header)
 
     def _roll(self) -> None:
+        """Start the next file; the finished one is synced (per policy) and closed."""
         if self.roll >= MAX_ROLL:
             raise LogError(f"{self.directory}: session {self.session} reached {MAX_ROLL} rolls")
-        if self._sync_on_roll:
-            os.fdatasync(self._fd)
-        os.close(self._fd)
-        self._fd = -1
+        fd, path, size = self._create(self.session, self.roll + 1)
+        old, old_path = self._fd, self._path
+        self._fd, self._path, self.size = fd, path, size
         self.roll += 1
-        self._open_file()
+        self._base = (self.session << _SESSION_SHIFT) | (self.roll << OFFSET_BITS)
+        try:
+            if self._sync_on_roll:
+                os.fdatasync(old)
+        except OSError as exc:
+            _raise_mapped(exc, old_path, "cannot sync")
+        finally:
+            os.close(old)
 
     def append(self, data: bytes, sizes: list[int]) -> Position:
-        """Append encoded records (``sizes`` each); returns the last record's position."""
+        """Append encoded records (``sizes`` each); returns the last record's position.
+
+        Either every record is appended or, on an error, none is.
+        """
         invariant(sum(sizes) == len(data), "record sizes add up to the data")
-        room = self.roll_bytes - self._header_bytes
-        if max(sizes) >= room:
-            raise RecordTooLargeError(f"a {max(sizes)}-byte record cannot fit in roll_bytes={self.roll_bytes}")
+        self.bytes_needed(sizes)  # raises for a record that can never fit
         if self.size + len(data) >= self.roll_bytes:
             return self._append_rolling(data, sizes)
         _write_all(self._fd, data, self._path, self.size)
@@ -138,40 +199,58 @@ class LogWriter:
         return Position(self._base | size)
 
     def _append_rolling(self, data: bytes, sizes: list[int]) -> Position:
+        touched = [(self._path, self.size)]  # every file this call writes, and its size before
         start = 0
         i = 0
         last = Position.ZERO
-        while i < len(sizes):
-            free = self.roll_bytes - 1 - self.size
-            j, taken = i, 0
-            while j < len(sizes) and taken + sizes[j] <= free:
-                taken += sizes[j]
-                j += 1
-            if j == i:
-                self._roll()
-                continue
-            _write_all(self._fd, data[start : start + taken], self._path, self.size)
-            self.size += taken
-            last = Position(self._base | (self.size - sizes[j - 1]))
-            start, i = start + taken, j
+        try:
+            while i < len(sizes):
+                free = self.roll_bytes - 1 - self.size
+                j, taken = i, 0
+                while j < len(sizes) and taken + sizes[j] <= free:
+                    taken += sizes[j]
+                    j += 1
+                if j == i:
+                    self._roll()
+                    touched.append((self._path, self.size))
+                    continue
+                _write_all(self._fd, data[start : start + taken], self._path, self.size)
+                self.size += taken
+                last = Position(self._base | (self.size - sizes[j - 1]))
+                start, i = start + taken, j
+        except BaseException:
+            for path, size in touched:  # finished files stay finished, but without this call
+                with contextlib.suppress(OSError):
+                    os.truncate(path, size)
+            self.size = dict(touched).get(self._path, self._header_bytes)
+            raise
         return last
 
     def sync(self) -> None:
         """Make everything appended so far durable (``fdatasync``)."""
         if self._fd >= 0:
-            os.fdatasync(self._fd)
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:
+                _raise_mapped(exc, self._path, "cannot sync")
 
     def dup_fd(self) -> int:
         """A duplicate of the current file's descriptor, for syncing from another thread."""
         return os.dup(self._fd)
 
     def close(self, sync: bool = True) -> None:
-        if self._fd >= 0:
-            if sync:
-                os.fdatasync(self._fd)
-            os.close(self._fd)
-            self._fd = -1
-        self._lock.release()
+        try:
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                try:
+                    if sync:
+                        os.fdatasync(fd)
+                except OSError as exc:
+                    _raise_mapped(exc, self._path, "cannot sync")
+                finally:
+                    os.close(fd)
+        finally:
+            self._lock.release()
 
 
 def _write_all(fd: int, data: bytes, path: Path, size_before: int) -> None:
@@ -186,10 +265,13 @@ def _write_all(fd: int, data: bytes, path: Path, size_before: int) -> None:
 
 def _write_failed(exc: OSError, fd: int, path: Path, size_before: int) -> NoReturn:
     """Cut a partly written file back to ``size_before`` and raise the mapped error."""
-    try:
+    with contextlib.suppress(OSError):
         os.ftruncate(fd, size_before)
-    except OSError:
-        pass
+    _raise_mapped(exc, path, "write failed, nothing of this call was kept")
+
+
+def _raise_mapped(exc: OSError, path: Path, what: str) -> NoReturn:
+    """Raise the :class:`LogError` for an ``OSError`` met while writing ``path``."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        raise LogFullError(f"{path}: disk full ({exc.strerror}); nothing of this call was kept") from exc
-    raise LogError(f"{path}: write failed: {exc.strerror}") from exc
+        raise LogFullError(f"{path}: disk full ({exc.strerror}); {what}") from exc
+    raise LogError(f"{path}: {what}: {exc.strerror}") from exc

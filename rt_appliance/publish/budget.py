@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 from rt_appliance.errors import LogFullError, UsageError
@@ -26,12 +26,12 @@ from rt_appliance.limits import BUDGET_POLL_MAX_S, BUDGET_POLL_MIN_S
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.segments import StreamFile, fsync_dir, list_files, total_bytes
 
-__all__ = ["DiskBudget", "Drops", "OnFull"]
+__all__ = ["DiskBudget", "Drops", "OnFull", "check_budget"]
 
 log = logging.getLogger(__name__)
 
 
-class OnFull(str, Enum):
+class OnFull(StrEnum):
     """What a publisher does when its disk budget is used up."""
 
     BLOCK = "block"
@@ -48,8 +48,23 @@ class Drops:
     bytes: int = 0
 
 
+def check_budget(max_bytes: int, roll_bytes: int, block_timeout_s: float | None) -> None:
+    """Raise :class:`UsageError` unless the budget options make sense together."""
+    if max_bytes < 2 * roll_bytes:
+        raise UsageError(
+            f"max_bytes ({max_bytes}) must be at least twice roll_bytes ({roll_bytes}): "
+            "the file being written and one rolled file must fit"
+        )
+    if block_timeout_s is not None and block_timeout_s < 0:
+        raise UsageError(f"block_timeout_s must not be negative, got {block_timeout_s}")
+
+
 class DiskBudget:
-    """Keeps a directory's stream files within ``max_bytes``."""
+    """Keeps a directory's stream files within ``max_bytes``.
+
+    ``admit`` is called with the bytes an append adds, new file headers
+    included, so the files on disk never exceed ``max_bytes``.
+    """
 
     def __init__(
         self,
@@ -59,11 +74,7 @@ class DiskBudget:
         roll_bytes: int,
         block_timeout_s: float | None,
     ) -> None:
-        if max_bytes < 2 * roll_bytes:
-            raise UsageError(
-                f"max_bytes ({max_bytes}) must be at least twice roll_bytes ({roll_bytes}): "
-                "the file being written and one rolled file must fit"
-            )
+        check_budget(max_bytes, roll_bytes, block_timeout_s)
         self.directory = directory
         self.max_bytes = max_bytes
         self.on_full = on_full
@@ -107,10 +118,11 @@ class DiskBudget:
         for old in list_files(self.directory):
             if self.used + nbytes <= self.max_bytes or old.key >= current.key:
                 break
-            report = verify_file(old.path)
-            try:
+            try:  # the push client may delete replicated files at any time
+                report = verify_file(old.path)
                 os.unlink(old.path)
             except FileNotFoundError:
+                self.used = total_bytes(list_files(self.directory))
                 continue
             self.used -= report.size_bytes
             self.drops.files += 1

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -32,7 +32,7 @@ from rt_appliance.log.naming import is_dedup_topic, publisher_dir_name
 from rt_appliance.log.recovery import TruncationReport
 from rt_appliance.log.writer import LogWriter
 from rt_appliance.position import Position
-from rt_appliance.publish.budget import DiskBudget, Drops, OnFull
+from rt_appliance.publish.budget import DiskBudget, Drops, OnFull, check_budget
 
 __all__ = ["Durability", "OnFull", "Publisher"]
 
@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 _E = TypeVar("_E", bound=Enum)
 
 
-class Durability(str, Enum):
+class Durability(StrEnum):
     """When appended messages are made durable (``fdatasync``).
 
     * ``always``: every ``publish``/``publish_batch`` call is durable when it returns;
@@ -89,6 +89,9 @@ class Publisher:
         self._last_id: int | None = None
         self._unsynced = 0
         self._lock = threading.Lock()
+        policy = _enum(OnFull, on_full, "on_full")
+        if max_bytes is not None:
+            check_budget(max_bytes, roll_bytes, block_timeout_s)
         self._writer = LogWriter(
             self.directory,
             kind=FILE_KIND_PUBLISHER,
@@ -101,8 +104,13 @@ class Publisher:
             _log_recovery(self._writer.recovery)
         self._budget: DiskBudget | None = None
         if max_bytes is not None:
-            policy = _enum(OnFull, on_full, "on_full")
-            self._budget = DiskBudget(self.directory, max_bytes, policy, roll_bytes, block_timeout_s)
+            try:
+                self._budget = DiskBudget(
+                    self.directory, max_bytes, policy, roll_bytes, block_timeout_s
+                )
+            except BaseException:
+                self._writer.close()
+                raise
         self._closed = threading.Event()
         self._is_closed = False  # mirrors _closed; a plain bool is cheaper on the hot path
         self._sync_singles = self.durability is not Durability.NEVER
@@ -117,7 +125,9 @@ class Publisher:
 
     # -- the calls applications make ------------------------------------------------
 
-    def publish(self, payload: bytes, *, timestamp_ns: int | None = None, id: int | None = None) -> Position:
+    def publish(
+        self, payload: bytes, *, timestamp_ns: int | None = None, id: int | None = None
+    ) -> Position:
         """Append one message; returns its position."""
         if id is None and self._dedup:
             raise DedupIdError(f"topic {self.topic} is a .dedup topic: every message needs an id")
@@ -128,10 +138,13 @@ class Publisher:
             if self._is_closed:
                 self._raise_closed()
             if self._dedup:
-                self._advance_ids([id or 0])
+                last_id = self._check_ids([id or 0])
             if self._budget is not None:
-                self._budget.admit(len(record), self._writer.current)
+                writer = self._writer
+                self._budget.admit(writer.bytes_needed([len(record)]), writer.current)
             position = self._writer.append_one(record)
+            if self._dedup:
+                self._last_id = last_id
             if self._sync_singles:
                 self._after_write(1, single=True)
         return position
@@ -159,10 +172,12 @@ class Publisher:
         with self._lock:
             self._check_open()
             if self._dedup:
-                self._advance_ids(ids)  # type: ignore[arg-type]
+                last_id = self._check_ids(ids)  # type: ignore[arg-type]
             if self._budget is not None:
-                self._budget.admit(len(data), self._writer.current)
+                self._budget.admit(self._writer.bytes_needed(sizes), self._writer.current)
             position = self._writer.append(data, sizes)
+            if self._dedup:
+                self._last_id = last_id
             self._after_write(len(sizes), single=False)
         return position
 
@@ -189,7 +204,10 @@ class Publisher:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -223,8 +241,11 @@ class Publisher:
     def _raise_closed(self) -> None:
         raise LogError(f"publisher for {self.directory} is closed")
 
-    def _advance_ids(self, ids: Sequence[int]) -> None:
-        """Check KX's dedup rule (abs(id) advances by one) for ``ids``, then adopt them."""
+    def _check_ids(self, ids: Sequence[int]) -> int:
+        """Check KX's dedup rule (abs(id) advances by one) for ``ids``; returns the last.
+
+        The caller adopts the last id only once the messages are written.
+        """
         previous = self._last_id
         for i, current in enumerate(ids):
             if previous is not None and abs(current) != abs(previous) + 1:
@@ -233,7 +254,7 @@ class Publisher:
                     "on a .dedup topic abs(id) must advance by one; nothing was written"
                 )
             previous = current
-        self._last_id = previous
+        return ids[-1]
 
     def _after_write(self, count: int, single: bool) -> None:
         mode = self.durability

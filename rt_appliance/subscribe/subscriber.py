@@ -13,7 +13,7 @@ never skipped. With ``follow=True`` it then waits on inotify for more.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError, InvalidPositionError, LogError, PositionPrunedError
@@ -24,6 +24,7 @@ from rt_appliance.limits import (
     OFFSET_BITS,
     ROLL_BITS,
 )
+from rt_appliance.log.format import RECORD_HEADER
 from rt_appliance.log.reader import FileReader
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.scan import check_record
@@ -77,19 +78,22 @@ class Subscriber:
                 raise LogError(f"{self.directory}: no such stream directory")
             while not wait_for_directory(self.directory, FOLLOW_POLL_S):
                 pass
+        start = Position.parse(position)
         with DirectoryWatcher(self.directory) as watcher:
-            current, offset = self._locate(Position(position), follow, watcher)
+            current, offset = self._locate(start, follow, watcher)
+            if current is _NO_FILE:
+                return
             while True:
                 reader = FileReader(current.path, offset)
                 try:
-                    current = yield from self._read_file(
+                    later = yield from self._read_file(
                         current, reader, follow, wanted, max_messages, watcher
                     )
                 finally:
                     reader.close()
-                if current is None:
+                if later is None:
                     return
-                offset = 0
+                current, offset = later, 0
 
     def end_position(self) -> Position:
         """The position just after the last valid record (where a new one would go)."""
@@ -112,7 +116,9 @@ class Subscriber:
         if not files:
             if position == 0:
                 return _NO_FILE, 0
-            raise InvalidPositionError(f"{self.directory}: no stream files; cannot read from {position}")
+            raise InvalidPositionError(
+                f"{self.directory}: no stream files; cannot read from {position.format()}"
+            )
         if position == 0:
             return files[0], 0
         for f in files:
@@ -120,11 +126,14 @@ class Subscriber:
                 _check_offset(f, position.offset)
                 return f, position.offset
         if position.file_key < files[0].key:
+            oldest = Position.of(files[0].session, files[0].roll, 0)
             raise PositionPrunedError(
                 f"{self.directory}: position {position.format()} ({position!r}) was pruned; "
-                f"the oldest available is {Position.of(files[0].session, files[0].roll, 0).format()}"
+                f"the oldest available is {oldest.format()} ({oldest!r})"
             )
-        raise InvalidPositionError(f"{self.directory}: no file for position {position.format()} ({position!r})")
+        raise InvalidPositionError(
+            f"{self.directory}: no file for position {position.format()} ({position!r})"
+        )
 
     def _read_file(
         self,
@@ -134,10 +143,8 @@ class Subscriber:
         wanted: frozenset[str] | None,
         max_messages: int,
         watcher: DirectoryWatcher,
-    ) -> Iterator[MessageBatch]:
+    ) -> Generator[MessageBatch, None, StreamFile | None]:
         """Yield the batches of one file; return the next file, or None to stop."""
-        if current is _NO_FILE:
-            return None
         base = (current.session << _SESSION_SHIFT) | (current.roll << OFFSET_BITS)
         while True:
             block = reader.read_block(max_messages)
@@ -179,25 +186,37 @@ def _next_file(directory: Path, current: StreamFile) -> StreamFile | None:
     for f in list_files(directory):
         if f.key > current.key:
             if f.session == current.session and f.roll != current.roll + 1:
-                raise PositionPrunedError(f"{directory}: files after {current.path.name} were pruned while reading")
+                raise PositionPrunedError(
+                    f"{directory}: files after {current.path.name} were pruned while reading"
+                )
             if f.session != current.session and f.roll != 0:
-                raise PositionPrunedError(f"{directory}: files before {f.path.name} were pruned while reading")
+                raise PositionPrunedError(
+                    f"{directory}: files before {f.path.name} were pruned while reading"
+                )
             return f
     return None
 
 
 def _check_offset(f: StreamFile, offset: int) -> None:
-    """A resume offset must be 0, the end of the file's valid data, or a record's start."""
+    """A resume offset must be 0, the end of the file's valid data, or a record's start.
+
+    A valid record at ``offset`` proves it; otherwise (the record there is still
+    being written, or ``offset`` is no boundary) the file's records are walked.
+    """
     if offset == 0:
         return
     with FileReader(f.path) as reader:
         header_bytes, size = reader.header.header_bytes, reader.size()
-    if offset == header_bytes or offset == size:
-        return
-    if offset < header_bytes or offset > size:
-        raise InvalidPositionError(f"{f.path}: offset {offset} is outside the file")
-    with open(f.path, "rb") as fh:
-        fh.seek(offset)
-        head = fh.read(1 << 16)
-    if check_record(head, 0)[2] not in ("", "incomplete"):
-        raise InvalidPositionError(f"{f.path}: offset {offset} is not the start of a record")
+        if offset in (header_bytes, size):
+            return
+        if offset < header_bytes or offset > size:
+            raise InvalidPositionError(f"{f.path}: offset {offset} is outside the file")
+        if check_record(reader.pread(RECORD_HEADER.size + (1 << 16), offset), 0)[2] == "":
+            return
+        while (block := reader.read_block(decode=False)) is not None:
+            records = block.records
+            if records.stop_offset >= offset:
+                if offset == records.stop_offset or offset in records.offsets:
+                    return
+                break
+    raise InvalidPositionError(f"{f.path}: offset {offset} is not the start of a record")

@@ -1,0 +1,104 @@
+"""Helpers shared by the tests: waiting on conditions, reading logs back, damaging files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from rt_appliance import Message, Publisher, Subscriber
+from rt_appliance.log.recovery import FileReport, verify_directory
+from rt_appliance.log.segments import list_files
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_until(
+    condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.005, what: str = ""
+) -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+        time.sleep(interval)
+
+
+def read_all(directory: Path, position: int = 0, **kwargs: object) -> list[Message]:
+    """Every message of ``directory`` from ``position`` (no follow)."""
+    return list(Subscriber(directory).read(position, **kwargs))  # type: ignore[arg-type]
+
+
+def payloads(messages: Iterable[Message]) -> list[bytes]:
+    return [m.payload for m in messages]
+
+
+def crash(publisher: Publisher) -> None:
+    """Stop ``publisher`` as a dead process would: no sync, descriptors gone, lock dropped."""
+    writer = publisher._writer
+    with publisher._lock:
+        publisher._is_closed = True
+        publisher._closed.set()
+        if writer._fd >= 0:
+            os.close(writer._fd)
+            writer._fd = -1
+        writer._lock.release()
+
+
+def flip_byte(path: Path, offset: int, mask: int = 0xFF) -> None:
+    """XOR one byte of ``path`` with ``mask``."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ mask]))
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    """Name -> bytes of every stream file and the session counter of ``directory``."""
+    out = {f.path.name: f.path.read_bytes() for f in list_files(directory)}
+    session = directory / ".session"
+    if session.exists():
+        out[".session"] = session.read_bytes()
+    return out
+
+
+def check_whole_log(directory: Path, expected: list[bytes]) -> list[FileReport]:
+    """The end-of-test check: every file verifies clean and the log reads back as ``expected``.
+
+    Also checks that each message's ``next_position`` resumes at the following one.
+    """
+    reports = verify_directory(directory)
+    bad = [r for r in reports if r.error is not None or r.tail.kind != "clean"]
+    assert not bad, f"files that do not verify: {bad}"
+    messages = read_all(directory)
+    assert payloads(messages) == expected
+    for before, after in zip(messages, messages[1:], strict=False):
+        if before.next_position != after.position:  # a file boundary: resuming must still work
+            resumed = next(iter(Subscriber(directory).read(before.next_position)))
+            assert resumed.position == after.position
+    assert sum(r.records for r in reports) == len(expected)
+    return reports
+
+
+def python(code: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
+    """Start ``python -c code`` with this repository importable; stdout and stderr piped."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,
+    )

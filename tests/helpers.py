@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
+from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
 
@@ -82,7 +83,7 @@ def check_whole_log(directory: Path, expected: list[bytes]) -> list[FileReport]:
     assert not bad, f"files that do not verify: {bad}"
     messages = read_all(directory)
     assert payloads(messages) == expected
-    for before, after in zip(messages, messages[1:], strict=False):
+    for before, after in pairwise(messages):
         if before.next_position != after.position:  # a file boundary: resuming must still work
             resumed = next(iter(Subscriber(directory).read(before.next_position)))
             assert resumed.position == after.position

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError
 from rt_appliance.log.format import HEADER_FIXED, MAGIC, RECORD_HEADER
+from rt_appliance.log.naming import parse_file_name
 from rt_appliance.log.reader import FileReader, TailState
 from rt_appliance.log.segments import StreamFile, fsync_dir, list_files, temporary_files
 
@@ -68,6 +69,12 @@ class TruncationReport:
     lost_records: int  # records whose bytes were cut (a partial record counts as one)
     removed_file: bool
     reason: str
+
+    @property
+    def removed_session(self) -> int:
+        """The session of the removed file (never to be reused), or 0."""
+        key = parse_file_name(self.path.name) if self.removed_file else None
+        return key[0] if key is not None else 0
 
 
 def verify_file(path: Path) -> FileReport:

@@ -101,12 +101,16 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def next_session(directory: Path) -> int:
-    """Hand out a session number never used in ``directory`` and record it durably."""
-    last = 0
+def next_session(directory: Path, used: int = 0) -> int:
+    """Hand out a session number never used in ``directory`` and record it durably.
+
+    ``used`` is a session known to be taken even if no file shows it any more
+    (one whose only file recovery just removed).
+    """
+    last = used
     counter = directory / SESSION_NAME
     try:
-        last = int(counter.read_text().strip() or 0)
+        last = max(last, int(counter.read_text().strip() or 0))
     except FileNotFoundError:
         pass
     except ValueError as exc:

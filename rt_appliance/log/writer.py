@@ -80,7 +80,8 @@ class LogWriter:
         try:
             remove_temporary_files(directory)
             self.recovery: TruncationReport | None = recover_last_file(directory)
-            self.session = next_session(directory)
+            removed = self.recovery.removed_session if self.recovery is not None else 0
+            self.session = next_session(directory, removed)
             self.roll = 0
             self._fd, self._path, self.size = self._create(self.session, 0)
         except OSError as exc:

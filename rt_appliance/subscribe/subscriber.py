@@ -8,6 +8,11 @@ Reading walks files in (session, roll) order. At the end of a file's valid
 records it looks for a later file; only when one exists does it read the rest of
 the current file once more and move on, so bytes appended just before a roll are
 never skipped. With ``follow=True`` it then waits on inotify for more.
+
+A damaged record followed by valid ones is a :class:`CorruptLogError` naming the
+file and offset. Without ``follow`` a record running past the end of the last
+file is checked for valid records hidden after it too (its length may be the
+damaged part); a follower waits instead, since the writer may be writing it.
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ class Subscriber:
             if current is _NO_FILE:
                 return
             while True:
-                reader = FileReader(current.path, offset)
+                reader = FileReader(current.path, offset, strict_tail=not follow)
                 try:
                     later = yield from self._read_file(
                         current, reader, follow, wanted, max_messages, watcher

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,7 @@ def test_messages_round_trip_across_rolls_with_positions(tmp_path: Path) -> None
     assert {(m.topic, m.host) for m in messages} == {("trades", "h1")}
     assert [m.position for m in messages[:60]] == returned
     assert messages[-1].position == last
-    assert all(a.position < b.position for a, b in zip(messages, messages[1:]))
+    assert all(a.position < b.position for a, b in pairwise(messages))
     for m in messages:
         assert m.next_position > m.position
         if m.next_position.file_key == m.position.file_key:
@@ -90,7 +91,7 @@ def test_read_batches_gives_columns_and_bounded_sizes(tmp_path: Path) -> None:
     assert [len(b) for b in batches] == [64] * 15 + [40]
     assert [p for b in batches for p in b.payloads] == [b"%d" % i for i in range(1000)]
     assert [i for b in batches for i in b.ids] == list(range(1000))
-    for before, after in zip(batches, batches[1:]):
+    for before, after in pairwise(batches):
         assert before.next_position == after.positions[0]
         assert list(before)[-1].next_position == after.positions[0]
     assert batches[-1].next_position == Subscriber(pub.directory).end_position()
@@ -109,7 +110,7 @@ def test_every_start_is_a_new_session_and_end_position_follows(tmp_path: Path) -
             end = pub.position
         assert Subscriber(directory).end_position() == end
         ends.append(end)
-    assert [f.session for f in list_files(directory)][0] == 1
+    assert list_files(directory)[0].session == 1
     assert {f.session for f in list_files(directory)} == {1, 2, 3}
     assert (directory / ".session").read_text().strip() == "3"
     # a reader that stopped at the end of session 1 picks up session 2
@@ -159,7 +160,13 @@ def test_dedup_ids_must_advance_by_one_in_absolute_value(tmp_path: Path) -> None
         pub.publish(b"h", id=-12)
     got = [(m.payload, m.id) for m in read_all(pub.directory)]
     assert got == [
-        (b"a", 5), (b"b", -6), (b"c", 7), (b"d", -8), (b"e", 9), (b"f", 10), (b"g", 11),
+        (b"a", 5),
+        (b"b", -6),
+        (b"c", 7),
+        (b"d", -8),
+        (b"e", 9),
+        (b"f", 10),
+        (b"g", 11),
         (b"h", -12),
     ]
 
@@ -296,7 +303,12 @@ def test_second_writer_in_the_same_process_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fsync", ["always", "batch", "interval", "never"])
 def test_every_durability_mode_is_readable_before_close(tmp_path: Path, fsync: str) -> None:
     with Publisher(
-        tmp_path, "t", "h", fsync=fsync, fsync_interval_ms=5, fsync_batch_messages=3,
+        tmp_path,
+        "t",
+        "h",
+        fsync=fsync,
+        fsync_interval_ms=5,
+        fsync_batch_messages=3,
         roll_bytes=2048,
     ) as pub:
         for i in range(30):

@@ -60,7 +60,9 @@ def test_batch_round_trips_and_matches_single_records(
     ids = data.draw(st.none() | st.lists(i64, min_size=len(items), max_size=len(items)))
     blob, sizes = encode_batch(items, ts, ids)
     expected_ids = [0] * len(items) if ids is None else ids
-    assert blob == b"".join(encode_record(p, ts, i) for p, i in zip(items, expected_ids))
+    assert blob == b"".join(
+        encode_record(p, ts, i) for p, i in zip(items, expected_ids, strict=True)
+    )
     assert sizes == [RECORD_HEADER.size + len(p) for p in items]
     assert sum(sizes) == len(blob)
     prefix = b"\x00" * 7
@@ -172,7 +174,9 @@ def test_file_header_round_trips(
 
 
 @given(topics, hosts, st.data())
-def test_damaged_or_short_file_header_is_refused(topic: str, host: str, data: st.DataObject) -> None:
+def test_damaged_or_short_file_header_is_refused(
+    topic: str, host: str, data: st.DataObject
+) -> None:
     header = encode_file_header(FILE_KIND_PUBLISHER, 1, 0, 5, topic, host)
     cut = data.draw(st.integers(0, len(header) - 1))
     assert isinstance(decode_file_header(header[:cut]), str)

@@ -40,7 +40,9 @@ def test_text_round_trips(value: int) -> None:
 
 
 @given(fields, fields)
-def test_order_is_session_roll_offset_order(a: tuple[int, int, int], b: tuple[int, int, int]) -> None:
+def test_order_is_session_roll_offset_order(
+    a: tuple[int, int, int], b: tuple[int, int, int]
+) -> None:
     pa, pb = Position.of(*a), Position.of(*b)
     assert (pa < pb) == (a < b)
     assert (pa == pb) == (a == b)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from itertools import pairwise
@@ -103,3 +105,52 @@ def python(code: str, *args: str, **kwargs: object) -> subprocess.Popen[str]:
         env=env,
         **kwargs,
     )
+
+
+STOP = b"__stop_following__"
+
+
+class Follower:
+    """Reads ``directory`` with ``follow=True`` in a thread, handing messages to a queue.
+
+    It stops at a message whose payload is :data:`STOP`; :meth:`stop` publishes
+    one (through ``stop_publisher``, a callable that publishes it) and joins.
+    """
+
+    def __init__(self, directory: Path, position: int = 0, **kwargs: object) -> None:
+        self.messages: queue.Queue[Message | BaseException] = queue.Queue()
+        self._thread = threading.Thread(
+            target=self._run, args=(directory, position, kwargs), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, directory: Path, position: int, kwargs: dict[str, object]) -> None:
+        try:
+            for message in Subscriber(directory).read(position, follow=True, **kwargs):  # type: ignore[arg-type]
+                if message.payload == STOP:
+                    return
+                self.messages.put(message)
+        except BaseException as exc:  # handed to the test
+            self.messages.put(exc)
+
+    def take(self, count: int, timeout: float = 10.0) -> list[Message]:
+        """The next ``count`` messages, each waited for at most ``timeout`` seconds."""
+        out = []
+        for _ in range(count):
+            try:
+                item = self.messages.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"follower got {len(out)} of {count} messages") from None
+            if isinstance(item, BaseException):
+                raise item
+            out.append(item)
+        return out
+
+    def nothing_more(self) -> bool:
+        return self.messages.empty()
+
+    def stop(self, publish_stop: Callable[[bytes], object]) -> None:
+        if self._thread.is_alive():
+            publish_stop(STOP)
+            self._thread.join(timeout=10)
+        assert not self._thread.is_alive()

@@ -10,6 +10,7 @@ damage in a file that is not the last one), following ``docs/RECOVERY.md``.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from dataclasses import dataclass
@@ -124,9 +125,9 @@ class FileReader:
             buf = os.pread(self._fd, chunk, self.offset)
             want = limit
             records = scan(buf, 0, want, decode)
-            if self.merged:
+            if self.merged and records.offsets:
                 records = _clip(records, self._range_end - self.offset)
-                if records.stop_offset > self._range_end - self.offset:
+                if not records.offsets:  # the first record runs past the range's end
                     raise CorruptLogError(str(self.path), self.offset, "range ends inside a record")
             if records.offsets:
                 base = self.offset
@@ -251,13 +252,12 @@ def _is_record(fd: int, buf: bytes, cand: int, base: int, size: int) -> bool:
 
 
 def _clip(records: Scan, room: int) -> Scan:
-    """Keep only the records that lie inside the current merged-log range."""
+    """Keep only the records that end inside the current merged-log range (``room`` bytes)."""
     if records.stop_offset <= room:
         return records
-    keep = sum(1 for o in records.offsets if o < room)
-    if keep == len(records.offsets):  # the last record straddles the range end
-        return records
-    records.stop_offset = records.offsets[keep]
+    ends = [*records.offsets[1:], records.stop_offset]
+    keep = bisect.bisect_right(ends, room)
+    records.stop_offset = ends[keep - 1] if keep else records.start
     del records.offsets[keep:]
     records.timestamps_ns, records.ids = records.timestamps_ns[:keep], records.ids[:keep]
     records.payloads = records.payloads[:keep]

@@ -89,6 +89,7 @@ class FileReader:
         # In a publisher log the file names the source; in the merged log a range does.
         self._topic, self._host = self.header.topic, self.header.host
         self._range_end = self.offset if self.merged else -1
+        self._buf, self._buf_at = b"", 0  # bytes last read, and the file offset of their start
         self.tail: TailState | None = None
         if self.merged and self.offset > self.header.header_bytes:
             self._find_range(self.offset)
@@ -115,27 +116,34 @@ class FileReader:
         """The next block of up to ``limit`` records, or None at the end of the valid data.
 
         At None, :attr:`tail` says what stopped reading. Call again later to pick
-        up records appended since (follow mode).
+        up records appended since (follow mode). Bytes are read ``READ_CHUNK_BYTES``
+        at a time and kept, so a small ``limit`` does not read the file many times.
         """
         self.tail = None
         chunk = max(READ_CHUNK_BYTES, RECORD_HEADER.size)
+        fresh = False  # whether the buffer was read in this call, starting at self.offset
         while True:
             if self.merged and self.offset >= self._range_end and not self._enter_range():
                 return None
-            buf = os.pread(self._fd, chunk, self.offset)
-            want = limit
-            records = scan(buf, 0, want, decode)
+            start = self.offset - self._buf_at
+            if fresh or not 0 <= start < len(self._buf):
+                self._buf, self._buf_at = os.pread(self._fd, chunk, self.offset), self.offset
+                start, fresh = 0, True
+            buf, base = self._buf, self._buf_at
+            records = scan(buf, start, limit, decode)
             if self.merged and records.offsets:
-                records = _clip(records, self._range_end - self.offset)
+                records = _clip(records, self._range_end - base)
                 if not records.offsets:  # the first record runs past the range's end
                     raise CorruptLogError(str(self.path), self.offset, "range ends inside a record")
             if records.offsets:
-                base = self.offset
                 records.offsets = [base + o for o in records.offsets]
                 records.start += base
                 records.stop_offset += base
                 self.offset = records.stop_offset
                 return Block(self._topic, self._host, records)
+            if not fresh:  # the kept bytes ran out: read the file again from here
+                fresh = True
+                continue
             if records.stop is Stop.NEED_MORE and self._needs_bigger_chunk(buf):
                 chunk = self._record_size(buf)
                 continue

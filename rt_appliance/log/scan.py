@@ -8,7 +8,6 @@ corruption needs the rest of the file, which is :mod:`rt_appliance.log.reader`'s
 
 from __future__ import annotations
 
-import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import Enum
@@ -18,7 +17,6 @@ from rt_appliance.log.format import KIND_MESSAGE, KIND_RANGE, RECORD_HEADER
 
 __all__ = ["Scan", "Stop", "check_record", "scan"]
 
-_LENGTH = struct.Struct("<4xI")
 _HEADER_BYTES = RECORD_HEADER.size
 
 
@@ -73,21 +71,24 @@ def scan(buf: bytes, start: int, limit: int, decode: bool = True) -> Scan:
     """
     result = Scan(start)
     offsets = result.offsets
-    n, off, max_len = len(buf), start, MAX_PAYLOAD_BYTES
-    length_of = _LENGTH.unpack_from
-    # Pass 1: walk the length fields. Cheap, and bounds the work of pass 2.
-    while off + _HEADER_BYTES <= n and len(offsets) < limit:
-        (length,) = length_of(buf, off)
-        end = off + _HEADER_BYTES + length
-        if end > n or length > max_len:
+    heads: list[tuple[int, int, int, int, int, int, int]] = []
+    n, off, max_len, header_bytes = len(buf), start, MAX_PAYLOAD_BYTES, _HEADER_BYTES
+    unpack = RECORD_HEADER.unpack_from
+    # Pass 1: walk the headers. Cheap, and bounds the work of pass 2.
+    for _ in range(limit):
+        if off + header_bytes > n:
+            break
+        head = unpack(buf, off)
+        end = off + header_bytes + head[1]
+        if end > n or head[1] > max_len:
             break
         offsets.append(off)
+        heads.append(head)
         off = end
     ends = offsets[1:]
     if offsets:
         ends.append(off)
     # Pass 2: every record's CRC and fixed fields; cut at the first failure.
-    heads = [RECORD_HEADER.unpack_from(buf, o) for o in offsets]
     crc = zlib.crc32
     good = [
         h[0] == crc(buf[o + 4 : e]) and not (h[2] or h[3] or h[4])

@@ -70,6 +70,7 @@ class LogWriter:
         self.roll_bytes = roll_bytes
         self._kind, self._topic, self._host = kind, topic, host
         self._sync_on_roll = sync_on_roll
+        self._unsynced_rolled: list[Path] = []  # rolled without a sync: sync() still owes them
         self._clock_ns = clock_ns
         self._fd = -1
         try:
@@ -167,6 +168,8 @@ class LogWriter:
         try:
             if self._sync_on_roll:
                 os.fdatasync(old)
+            else:
+                self._unsynced_rolled.append(old_path)
         except OSError as exc:
             _raise_mapped(exc, old_path, "cannot sync")
         finally:
@@ -228,7 +231,23 @@ class LogWriter:
         return last
 
     def sync(self) -> None:
-        """Make everything appended so far durable (``fdatasync``)."""
+        """Make everything appended so far durable (``fdatasync``), rolled files included."""
+        while self._unsynced_rolled:
+            path = self._unsynced_rolled[0]
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:  # deleted (replicated or dropped): nothing to keep
+                fd = -1
+            except OSError as exc:
+                _raise_mapped(exc, path, "cannot sync")
+            if fd >= 0:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    _raise_mapped(exc, path, "cannot sync")
+                finally:
+                    os.close(fd)
+            self._unsynced_rolled.pop(0)
         if self._fd >= 0:
             try:
                 os.fdatasync(self._fd)
@@ -241,16 +260,12 @@ class LogWriter:
 
     def close(self, sync: bool = True) -> None:
         try:
-            if self._fd >= 0:
-                fd, self._fd = self._fd, -1
-                try:
-                    if sync:
-                        os.fdatasync(fd)
-                except OSError as exc:
-                    _raise_mapped(exc, self._path, "cannot sync")
-                finally:
-                    os.close(fd)
+            if sync:
+                self.sync()
         finally:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
             self._lock.release()
 
 

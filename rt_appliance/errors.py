@@ -64,6 +64,10 @@ class CorruptLogError(LogError):
         self.offset = offset
         self.reason = reason
 
+    def __reduce__(self) -> tuple[type[CorruptLogError], tuple[str, int, str]]:
+        """Pickle with the three fields (errors cross process boundaries, e.g. in Spark)."""
+        return (type(self), (self.path, self.offset, self.reason))
+
 
 class LogLockedError(LogError):
     """Another writer already holds the directory."""

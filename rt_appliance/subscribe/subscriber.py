@@ -89,7 +89,12 @@ class Subscriber:
             if current is _NO_FILE:
                 return
             while True:
-                reader = FileReader(current.path, offset, strict_tail=not follow)
+                try:
+                    reader = FileReader(current.path, offset, strict_tail=not follow)
+                except FileNotFoundError:
+                    raise PositionPrunedError(
+                        f"{self.directory}: {current.path.name} was pruned while reading"
+                    ) from None
                 try:
                     later = yield from self._read_file(
                         current, reader, follow, wanted, max_messages, watcher

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import LogError, LogLockedError
+from rt_appliance.limits import MAX_SESSION
 from rt_appliance.log.naming import file_name, parse_file_name
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "DirectoryLock",
     "StreamFile",
     "fsync_dir",
+    "last_session",
     "list_files",
     "next_session",
     "stream_file",
@@ -101,16 +103,12 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def next_session(directory: Path, used: int = 0) -> int:
-    """Hand out a session number never used in ``directory`` and record it durably.
-
-    ``used`` is a session known to be taken even if no file shows it any more
-    (one whose only file recovery just removed).
-    """
-    last = used
+def last_session(directory: Path) -> int:
+    """The highest session number used in ``directory`` (``.session`` or a file), or 0."""
+    last = 0
     counter = directory / SESSION_NAME
     try:
-        last = max(last, int(counter.read_text().strip() or 0))
+        last = int(counter.read_text().strip() or 0)
     except FileNotFoundError:
         pass
     except ValueError as exc:
@@ -118,7 +116,19 @@ def next_session(directory: Path, used: int = 0) -> int:
     files = list_files(directory)
     if files:
         last = max(last, files[-1].session)
-    session = last + 1
+    return last
+
+
+def next_session(directory: Path, used: int = 0) -> int:
+    """Hand out a session number never used in ``directory`` and record it durably.
+
+    ``used`` is a session known to be taken even if no file shows it any more
+    (one whose only file recovery just removed).
+    """
+    session = max(used, last_session(directory)) + 1
+    if session > MAX_SESSION:
+        raise LogError(f"{directory}: all {MAX_SESSION} session numbers are used")
+    counter = directory / SESSION_NAME
     tmp = directory / (SESSION_NAME + ".tmp")
     with open(tmp, "w") as f:
         f.write(f"{session}\n")

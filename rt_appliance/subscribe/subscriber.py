@@ -33,7 +33,7 @@ from rt_appliance.log.format import RECORD_HEADER
 from rt_appliance.log.reader import FileReader
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.scan import check_record
-from rt_appliance.log.segments import StreamFile, list_files
+from rt_appliance.log.segments import StreamFile, last_session, list_files
 from rt_appliance.log.watch import DirectoryWatcher, wait_for_directory
 from rt_appliance.position import Position
 from rt_appliance.subscribe.messages import Message, MessageBatch
@@ -78,12 +78,12 @@ class Subscriber:
         """
         max_messages = max(1, min(max_messages, MAX_BATCH_MESSAGES))
         wanted = None if topics is None else frozenset(topics)
+        start = Position.parse(position)
         if not self.directory.is_dir():
             if not follow:
                 raise LogError(f"{self.directory}: no such stream directory")
             while not wait_for_directory(self.directory, FOLLOW_POLL_S):
                 pass
-        start = Position.parse(position)
         with DirectoryWatcher(self.directory) as watcher:
             current, offset = self._locate(start, follow, watcher)
             if current is _NO_FILE:
@@ -126,6 +126,11 @@ class Subscriber:
         if not files:
             if position == 0:
                 return _NO_FILE, 0
+            if 0 < position.session <= last_session(self.directory):
+                raise PositionPrunedError(
+                    f"{self.directory}: position {position.format()} ({position!r}) was pruned; "
+                    "no stream files are left"
+                )
             raise InvalidPositionError(
                 f"{self.directory}: no stream files; cannot read from {position.format()}"
             )

@@ -270,3 +270,15 @@ def test_garbled_session_counter(tmp_path: Path) -> None:
         Publisher(tmp_path, TOPIC, HOST, roll_bytes=1024)
     assert snapshot(directory) == before
     check_whole_log(directory, payloads(messages))
+
+
+def test_session_numbers_used_up(tmp_path: Path) -> None:
+    directory, messages = build_log(tmp_path)
+    from rt_appliance.limits import MAX_SESSION
+
+    (directory / ".session").write_text(f"{MAX_SESSION}\n")
+    before = snapshot(directory)
+    with pytest.raises(LogError, match="session numbers"):
+        Publisher(tmp_path, TOPIC, HOST, roll_bytes=1024)
+    assert snapshot(directory) == before
+    check_whole_log(directory, payloads(messages))

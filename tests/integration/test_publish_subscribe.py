@@ -227,6 +227,13 @@ def test_pruned_positions(tmp_path: Path) -> None:
         list(sub.read(Position.of(1, 0, 0)))
     # position 0 still means "the oldest available"
     assert payloads(sub.read(0)) == payloads(messages[len(in_first) :])
+    for f in list_files(pub.directory):  # everything pruned: the counter still knows
+        f.path.unlink()
+    with pytest.raises(PositionPrunedError):
+        list(sub.read(messages[-1].position))
+    with pytest.raises(InvalidPositionError):
+        list(sub.read(Position.of(2, 0, 0)))  # a session never handed out
+    assert list(sub.read(0)) == []
 
 
 def test_a_closed_publisher_refuses_to_publish(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from rt_appliance.log.recovery import verify_directory
 from rt_appliance.log.segments import list_files
 from tests.helpers import crash
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TOPIC, HOST = "model", "host-1"
 

@@ -275,9 +275,13 @@ class Publisher:
                 if self._closed.is_set() or not self._unsynced:
                     continue
                 fd = self._writer.dup_fd()
-                self._unsynced = 0
+                pending, self._unsynced = self._unsynced, 0
             try:
                 os.fdatasync(fd)  # outside the lock: publishers keep appending meanwhile
+            except OSError as exc:  # keep trying; the data is not durable yet
+                log.error("%s: background sync failed: %s", self.directory, exc.strerror)
+                with self._lock:
+                    self._unsynced += pending
             finally:
                 os.close(fd)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ class Syncs:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
+        self.fail_next = 0  # make this many calls fail with EIO
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -41,6 +44,10 @@ def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Syncs]:
 
     def fdatasync(fd: int) -> None:
         st = os.fstat(fd)
+        with record._lock:
+            if record.fail_next:
+                record.fail_next -= 1
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
         real(fd)
         with record._lock:
             record.calls.append((st.st_ino, st.st_size))
@@ -81,6 +88,18 @@ def test_interval_syncs_in_the_background(tmp_path: Path, syncs: Syncs) -> None:
         wait_until(lambda: all_durable(pub, syncs), timeout=10, what="a background sync")
         pub.publish(b"y" * 100)
         wait_until(lambda: all_durable(pub, syncs), timeout=10, what="a second background sync")
+
+
+def test_interval_retries_a_failed_background_sync(
+    tmp_path: Path, syncs: Syncs, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Publisher(tmp_path, "t", "h", fsync="interval", fsync_interval_ms=10) as pub:
+        syncs.fail_next = 1
+        with caplog.at_level(logging.ERROR):
+            pub.publish(b"x" * 100)
+            wait_until(lambda: all_durable(pub, syncs), timeout=10, what="a retried sync")
+        assert syncs.fail_next == 0
+        assert "background sync failed" in caplog.text
 
 
 def test_never_syncs_only_on_flush_and_flush_covers_rolled_files(

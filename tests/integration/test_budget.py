@@ -183,3 +183,20 @@ def test_block_policy_does_not_block_while_space_remains(tmp_path: Path) -> None
             pub.publish(b"%d" % i * 20)
         assert len(list_files(pub.directory)) > 3
     assert payloads(read_all(pub.directory)) == [b"%d" % i * 20 for i in range(100)]
+
+
+def test_a_refused_dedup_message_does_not_use_up_its_id(tmp_path: Path) -> None:
+    with Publisher(
+        tmp_path, "q.dedup", "h", roll_bytes=ROLL, max_bytes=MAX, on_full="error"
+    ) as pub:
+        next_id = 1
+        with pytest.raises(LogFullError):
+            while True:
+                pub.publish(b"m" * 100, id=next_id)
+                next_id += 1
+        with pytest.raises(LogFullError):
+            pub.publish_batch([b"b" * 100] * 2, ids=[next_id, next_id + 1])
+        list_files(pub.directory)[0].path.unlink()  # space freed
+        pub.publish(b"the same id again", id=next_id)  # the refused calls did not take it
+    last = read_all(pub.directory)[-1]
+    assert (last.payload, last.id) == (b"the same id again", next_id)

@@ -119,6 +119,10 @@ class Subscriber:
         self, position: Position, follow: bool, watcher: DirectoryWatcher
     ) -> tuple[StreamFile, int]:
         """The file and offset to start reading ``position`` at."""
+        if position != 0 and position.session == 0:
+            raise InvalidPositionError(
+                f"{position.format()} is not a position: sessions are numbered from 1"
+            )
         files = list_files(self.directory)
         while not files and position == 0 and follow:
             watcher.wait(FOLLOW_POLL_S)

@@ -367,3 +367,10 @@ def test_publisher_is_thread_safe(tmp_path: Path) -> None:
         assert mine == expected  # each thread's messages in its own order
         assert positions[n] == sorted(positions[n])
     check_whole_log(pub.directory, [m.payload for m in messages])
+
+
+def test_position_in_session_zero_is_invalid_not_pruned(tmp_path: Path) -> None:
+    with Publisher(tmp_path, "t", "h1") as pub:
+        pub.publish(b"a")
+    with pytest.raises(InvalidPositionError, match="sessions are numbered from 1"):
+        list(Subscriber(tmp_path / "t.h1").read(Position(1)))

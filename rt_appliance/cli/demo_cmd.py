@@ -58,8 +58,8 @@ def demo(workdir: Path | None, duration: float, rate: int, roll_bytes: int, keep
         summary = run_single_host(work, rate, duration, roll_bytes, click.echo)
         click.echo("6. summary (" + str(work / "summary.json") + ")")
         click.echo(json.dumps(summary, indent=2))
-        if temporary and keep:
-            click.echo(f"kept {work}")
+        if temporary:
+            click.echo(f"kept {work}" if keep else f"removed {work} (use --keep to leave it)")
     finally:
         if temporary and not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -43,8 +43,8 @@ _STDIN_READ_BYTES = 1 << 20
     type=click.Choice([d.value for d in Durability]),
     default="batch",
     show_default=True,
-    help="always: each read from stdin is durable before the next; batch: same, in groups "
-    "of lines; interval: every --fsync-interval-ms; never: leave it to the OS.",
+    help="always or batch: the lines of each read from stdin are durable before the next "
+    "read; interval: synced every --fsync-interval-ms; never: synced only at the end.",
 )
 @click.option(
     "--fsync-interval-ms",

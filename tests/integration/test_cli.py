@@ -33,6 +33,14 @@ def rt(
     return result
 
 
+def rt_publish(
+    root: Path, topic: str, stdin: str, *extra: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`rt publish --dir ROOT --topic TOPIC --host h1 EXTRA...` fed ``stdin``."""
+    args = ("publish", "--dir", str(root), "--topic", topic, "--host", "h1", *extra)
+    return rt(*args, stdin=stdin, check=check)
+
+
 def test_version_and_help() -> None:
     assert rt("--version").stdout.strip() == f"rt, version {__version__}"
     for command in (
@@ -53,16 +61,7 @@ def test_cli_docs_match_the_commands() -> None:
 
 def test_publish_then_subscribe_round_trip(tmp_path: Path) -> None:
     lines = [f"message {i}" for i in range(500)] + ["ünïcode ✓"]
-    out = rt(
-        "publish",
-        "--dir",
-        str(tmp_path),
-        "--topic",
-        "trades",
-        "--host",
-        "h1",
-        stdin="\n".join(lines) + "\n",
-    )
+    out = rt_publish(tmp_path, "trades", "\n".join(lines) + "\n")
     assert "published 501 messages" in out.stderr
     sub = rt("subscribe", "--dir", str(tmp_path / "trades.h1"))
     messages = [json.loads(line) for line in sub.stdout.splitlines()]
@@ -83,30 +82,9 @@ def test_publish_then_subscribe_round_trip(tmp_path: Path) -> None:
 
 
 def test_dedup_topic_needs_first_id(tmp_path: Path) -> None:
-    bad = rt(
-        "publish",
-        "--dir",
-        str(tmp_path),
-        "--topic",
-        "q.dedup",
-        "--host",
-        "h1",
-        stdin="a\n",
-        check=False,
-    )
+    bad = rt_publish(tmp_path, "q.dedup", "a\n", check=False)
     assert bad.returncode == 2 and "--first-id" in bad.stderr
-    rt(
-        "publish",
-        "--dir",
-        str(tmp_path),
-        "--topic",
-        "q.dedup",
-        "--host",
-        "h1",
-        "--first-id",
-        "7",
-        stdin="a\nb\n",
-    )
+    rt_publish(tmp_path, "q.dedup", "a\nb\n", "--first-id", "7")
     ids = [
         json.loads(line)["id"]
         for line in rt("subscribe", "--dir", str(tmp_path / "q.dedup.h1")).stdout.splitlines()
@@ -124,17 +102,8 @@ def test_binary_payload_is_base64(tmp_path: Path) -> None:
 
 
 def test_verify_reports_and_exits_1_on_corruption(tmp_path: Path) -> None:
-    rt(
-        "publish",
-        "--dir",
-        str(tmp_path),
-        "--topic",
-        "t",
-        "--host",
-        "h1",
-        "--roll-bytes",
-        "4KiB",
-        stdin="".join(f"payload number {i}\n" for i in range(1000)),
+    rt_publish(
+        tmp_path, "t", "".join(f"payload number {i}\n" for i in range(1000)), "--roll-bytes", "4KiB"
     )
     directory = tmp_path / "t.h1"
     ok = rt("log", "verify", str(directory), "--json")
@@ -152,7 +121,7 @@ def test_verify_reports_and_exits_1_on_corruption(tmp_path: Path) -> None:
 
 
 def test_inspect_shows_header_and_records(tmp_path: Path) -> None:
-    rt("publish", "--dir", str(tmp_path), "--topic", "t", "--host", "h1", stdin="alpha\nbeta\n")
+    rt_publish(tmp_path, "t", "alpha\nbeta\n")
     out = rt("log", "inspect", str(tmp_path / "t.h1" / "log.1.0")).stdout
     assert "kind publisher  session 1  roll 0" in out and "topic 't'  host 'h1'" in out
     assert "b'alpha'" in out and "b'beta'" in out and "end of file" in out

@@ -1,0 +1,27 @@
+"""The stream's configuration: ``etc/rt.yaml``, validated by pydantic."""
+
+from rt_appliance.config.load import ConfigError, load_config, parse_config
+from rt_appliance.config.model import (
+    HostRole,
+    NodeConfig,
+    Ports,
+    PublisherHost,
+    ReplicationConfig,
+    StreamConfig,
+    SubscriberHost,
+    TlsConfig,
+)
+
+__all__ = [
+    "ConfigError",
+    "HostRole",
+    "NodeConfig",
+    "Ports",
+    "PublisherHost",
+    "ReplicationConfig",
+    "StreamConfig",
+    "SubscriberHost",
+    "TlsConfig",
+    "load_config",
+    "parse_config",
+]

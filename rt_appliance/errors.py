@@ -14,6 +14,9 @@ happen, with ``raise ... from exc`` so the cause stays visible in logs::
     |   `-- PositionError
     |       |-- InvalidPositionError no  not a position of this log
     |       `-- PositionPrunedError  no  the file holding it was deleted
+    |-- TransportError              yes  a connection failed, closed or timed out
+    |   |-- FrameError              no   the peer broke the protocol (bad or oversized frame)
+    |   `-- PeerRejectedError       no   the peer's certificate or request is not allowed
     `-- UsageError                  no   bad arguments to a call or command
 
 ``retryable`` tells a caller whether trying the same thing again later can work
@@ -29,14 +32,17 @@ from typing import ClassVar
 __all__ = [
     "CorruptLogError",
     "DedupIdError",
+    "FrameError",
     "InvalidPositionError",
     "LogError",
     "LogFullError",
     "LogLockedError",
+    "PeerRejectedError",
     "PositionError",
     "PositionPrunedError",
     "RTError",
     "RecordTooLargeError",
+    "TransportError",
     "UsageError",
 ]
 
@@ -99,3 +105,21 @@ class InvalidPositionError(PositionError):
 
 class PositionPrunedError(PositionError):
     """The file holding the position has been deleted (pruned or dropped)."""
+
+
+class TransportError(RTError):
+    """A connection between hosts failed; reconnecting may work."""
+
+    retryable = True
+
+
+class FrameError(TransportError):
+    """The peer sent something the protocol does not allow."""
+
+    retryable = False
+
+
+class PeerRejectedError(TransportError):
+    """The peer is not allowed: unknown certificate name, wrong role, foreign directory."""
+
+    retryable = False

@@ -17,6 +17,7 @@ happen, with ``raise ... from exc`` so the cause stays visible in logs::
     |-- TransportError              yes  a connection failed, closed or timed out
     |   |-- FrameError              no   the peer broke the protocol (bad or oversized frame)
     |   `-- PeerRejectedError       no   the peer's certificate or request is not allowed
+    |-- CertificateError            no   a certificate or key unreadable, invalid or in the way
     `-- UsageError                  no   bad arguments to a call or command
 
 ``retryable`` tells a caller whether trying the same thing again later can work
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "CertificateError",
     "CorruptLogError",
     "DedupIdError",
     "FrameError",
@@ -55,6 +57,10 @@ class RTError(Exception):
 
 class UsageError(RTError):
     """Bad arguments: a wrong option value, an unknown topic name, and so on."""
+
+
+class CertificateError(RTError):
+    """A TLS certificate or key that cannot be read, is not valid, or would be overwritten."""
 
 
 class LogError(RTError):

@@ -55,6 +55,11 @@ class MessageBatch:
         for i, offset in enumerate(self.offsets):
             nxt = Position(base | ends[i]) if i < len(ends) else self.next_position
             yield Message(
-                topic, host, self.timestamps_ns[i], self.ids[i], self.payloads[i],
-                Position(base | offset), nxt,
+                topic,
+                host,
+                self.timestamps_ns[i],
+                self.ids[i],
+                self.payloads[i],
+                Position(base | offset),
+                nxt,
             )

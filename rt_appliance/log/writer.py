@@ -43,7 +43,7 @@ from rt_appliance.log.segments import (
 )
 from rt_appliance.position import Position
 
-__all__ = ["LogWriter"]
+__all__ = ["LogWriter", "create_stream_file", "write_all"]
 
 _SESSION_SHIFT = OFFSET_BITS + ROLL_BITS
 
@@ -127,34 +127,11 @@ class LogWriter:
 
     def _create(self, session: int, roll: int) -> tuple[int, Path, int]:
         """Create ``log.<session>.<roll>`` with its header; returns (fd, path, size)."""
-        name = file_name(session, roll)
-        final = self.directory / name
-        temporary = self.directory / f".{name}{TEMPORARY_SUFFIX}"
         header = encode_file_header(
             self._kind, session, roll, self._clock_ns(), self._topic, self._host
         )
-        if final.exists():  # sessions are never reused: an existing file is a bug elsewhere
-            raise LogError(f"{final} already exists; refusing to overwrite it")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
-        try:
-            fd = os.open(temporary, flags, 0o644)
-        except OSError as exc:
-            _raise_mapped(exc, final, "cannot create")
-        try:
-            _write_all(fd, header, temporary, 0)
-            os.fdatasync(fd)
-            os.rename(temporary, final)
-            fsync_dir(self.directory)
-        except BaseException as exc:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            if isinstance(exc, OSError):
-                _raise_mapped(exc, final, "cannot create")
-            raise
-        return fd, final, len(header)
+        fd, path = create_stream_file(self.directory, session, roll, header)
+        return fd, path, len(header)
 
     def _roll(self) -> None:
         """Start the next file; the finished one is synced (per policy) and closed."""
@@ -184,7 +161,7 @@ class LogWriter:
         self.bytes_needed(sizes)  # raises for a record that can never fit
         if self.size + len(data) >= self.roll_bytes:
             return self._append_rolling(data, sizes)
-        _write_all(self._fd, data, self._path, self.size)
+        write_all(self._fd, data, self._path, self.size)
         self.size += len(data)
         return Position(self._base | (self.size - sizes[-1]))
 
@@ -198,7 +175,7 @@ class LogWriter:
         except OSError as exc:
             _write_failed(exc, self._fd, self._path, size)
         if written != len(record):
-            _write_all(self._fd, record[written:], self._path, size)
+            write_all(self._fd, record[written:], self._path, size)
         self.size = size + len(record)
         return Position(self._base | size)
 
@@ -218,7 +195,7 @@ class LogWriter:
                     self._roll()
                     touched.append((self._path, self.size))
                     continue
-                _write_all(self._fd, data[start : start + taken], self._path, self.size)
+                write_all(self._fd, data[start : start + taken], self._path, self.size)
                 self.size += taken
                 last = Position(self._base | (self.size - sizes[j - 1]))
                 start, i = start + taken, j
@@ -269,7 +246,40 @@ class LogWriter:
             self._lock.release()
 
 
-def _write_all(fd: int, data: bytes, path: Path, size_before: int) -> None:
+def create_stream_file(directory: Path, session: int, roll: int, header: bytes) -> tuple[int, Path]:
+    """Create ``log.<session>.<roll>`` holding ``header``; returns an append fd and the path.
+
+    The file is written under a hidden name, synced, renamed into place and the
+    directory synced, so no reader ever opens a file without a complete header.
+    """
+    name = file_name(session, roll)
+    final = directory / name
+    temporary = directory / f".{name}{TEMPORARY_SUFFIX}"
+    if final.exists():  # sessions are never reused: an existing file is a bug elsewhere
+        raise LogError(f"{final} already exists; refusing to overwrite it")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+    try:
+        fd = os.open(temporary, flags, 0o644)
+    except OSError as exc:
+        _raise_mapped(exc, final, "cannot create")
+    try:
+        write_all(fd, header, temporary, 0)
+        os.fdatasync(fd)
+        os.rename(temporary, final)
+        fsync_dir(directory)
+    except BaseException as exc:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            _raise_mapped(exc, final, "cannot create")
+        raise
+    return fd, final
+
+
+def write_all(fd: int, data: bytes | memoryview, path: Path, size_before: int) -> None:
     """Write all of ``data``; on failure cut the file back to ``size_before`` and raise."""
     try:
         written = os.write(fd, data)

@@ -1,0 +1,120 @@
+"""The replication protocol's frames.
+
+Control frames carry a JSON object; DATA frames carry bytes::
+
+    DATA body:
+    0      2        2+n        10+n
+    +------+--------+----------+------------------------+
+    | n    | dir    | position |  whole records (and a  |
+    | u16  | n B    | u64 LE   |  file header at offset 0)
+    +------+--------+----------+------------------------+
+
+Conversation (client opens the TCP connection; ``->`` client to server):
+
+* ``-> HELLO {role, host, stream, version}``, ``<- WELCOME {node, stream}``
+* push: ``-> OFFER {dir}``, ``<- RESUME {dir, position}``, then ``-> DATA``
+  frames from that position and ``<- ACK {dir, position}`` once durable;
+* pull: ``-> PULL {position}``, then ``<- DATA`` frames and ``<- PRUNE {before}``
+  when the node deleted files; the client needs no acks (it resumes by itself);
+* ``-> METADATA {}``, ``<- TOPOLOGY {stream, nodes, leader}`` on any pull server;
+* ``ERROR {message, retryable}`` from either side before it closes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from rt_appliance.errors import FrameError
+from rt_appliance.position import Position
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "Data",
+    "FrameType",
+    "decode_control",
+    "decode_data",
+    "encode_control",
+    "encode_data",
+    "require",
+]
+
+PROTOCOL_VERSION = 1
+_DIR_LEN = struct.Struct("<H")
+_POSITION = struct.Struct("<Q")
+
+
+class FrameType(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    OFFER = 3
+    RESUME = 4
+    DATA = 5
+    ACK = 6
+    ERROR = 7
+    PULL = 8
+    PRUNE = 9
+    METADATA = 10
+    TOPOLOGY = 11
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """Bytes of one directory starting at ``position``."""
+
+    dir: str
+    position: Position
+    payload: memoryview
+
+
+def encode_control(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def decode_control(frame_type: int, body: bytes) -> dict[str, Any]:
+    try:
+        fields = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(f"{_name(frame_type)} frame is not JSON: {exc}") from None
+    if not isinstance(fields, dict):
+        raise FrameError(f"{_name(frame_type)} frame is not a JSON object")
+    return fields
+
+
+def encode_data(dir: str, position: int, payload: bytes | memoryview) -> list[bytes | memoryview]:
+    """DATA body pieces (the payload is not copied)."""
+    name = dir.encode()
+    return [_DIR_LEN.pack(len(name)) + name + _POSITION.pack(position), payload]
+
+
+def decode_data(body: bytes) -> Data:
+    if len(body) < _DIR_LEN.size:
+        raise FrameError("DATA frame too short")
+    (n,) = _DIR_LEN.unpack_from(body)
+    start = _DIR_LEN.size + n + _POSITION.size
+    if len(body) < start:
+        raise FrameError("DATA frame too short for its directory name")
+    try:
+        name = body[_DIR_LEN.size : _DIR_LEN.size + n].decode()
+    except UnicodeDecodeError:
+        raise FrameError("DATA directory name is not UTF-8") from None
+    (position,) = _POSITION.unpack_from(body, _DIR_LEN.size + n)
+    return Data(name, Position(position), memoryview(body)[start:])
+
+
+def require(fields: dict[str, Any], key: str, kind: type) -> Any:
+    """``fields[key]`` if it has type ``kind``, else a :class:`FrameError`."""
+    value = fields.get(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise FrameError(f"frame field {key!r} missing or not {kind.__name__}: {value!r}")
+    return value
+
+
+def _name(frame_type: int) -> str:
+    try:
+        return FrameType(frame_type).name
+    except ValueError:
+        return f"type-{frame_type}"

@@ -1,0 +1,176 @@
+"""Connections of the replication protocol: TLS, the HELLO/WELCOME handshake, framed messages.
+
+Both replicators use these. The client opens the connection and says who it is
+(``HELLO``); the server checks that the name in the client's verified
+certificate is the host the HELLO names, that the configuration gives that host
+the expected role, and that the stream matches, then answers ``WELCOME`` with
+its node name. The client checks that the server's certificate names a node of
+the stream (and, when it dialled a node directly, that node).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rt_appliance.config.model import HostRole, StreamConfig
+from rt_appliance.errors import FrameError, PeerRejectedError, RTError, TransportError
+from rt_appliance.replicate.messages import (
+    PROTOCOL_VERSION,
+    FrameType,
+    decode_control,
+    encode_control,
+    encode_data,
+    require,
+)
+from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame
+from rt_appliance.transport.tls import peer_name
+
+__all__ = ["Connection", "accept", "connect", "serve"]
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+@dataclass(slots=True)
+class Connection:
+    """One framed, mutually authenticated connection; ``peer`` is the other host's name."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    peer: str
+    max_frame_bytes: int
+
+    async def send(self, frame_type: FrameType, fields: dict[str, Any]) -> None:
+        await self._write(encode_frame(frame_type, encode_control(fields)))
+
+    async def send_data(self, dir: str, position: int, payload: bytes | memoryview) -> None:
+        head, body = encode_data(dir, position, payload)
+        frame_header = FRAME_HEADER.pack(len(head) + len(body) + 1, FrameType.DATA)
+        await self._write([frame_header, head, body])
+
+    async def _write(self, pieces: list[bytes | memoryview]) -> None:
+        try:
+            self.writer.writelines(pieces)
+            await self.writer.drain()
+        except (ssl.SSLError, OSError) as exc:
+            raise TransportError(f"connection to {self.peer} failed: {exc}") from exc
+
+    async def receive(self) -> tuple[int, bytes]:
+        return await read_frame(self.reader, self.max_frame_bytes)
+
+    async def receive_control(self, expected: FrameType) -> dict[str, Any]:
+        frame_type, body = await self.receive()
+        fields = decode_control(frame_type, body)
+        if frame_type == FrameType.ERROR:
+            raise PeerRejectedError(f"{self.peer} refused: {fields.get('message', '?')}")
+        if frame_type != expected:
+            raise FrameError(
+                f"expected {expected.name} from {self.peer}, got frame type {frame_type}"
+            )
+        return fields
+
+    async def error(self, message: str, retryable: bool) -> None:
+        """Tell the peer why the connection ends (best effort)."""
+        with contextlib.suppress(RTError, TimeoutError):
+            await asyncio.wait_for(
+                self.send(FrameType.ERROR, {"message": message, "retryable": retryable}), 1.0
+            )
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+
+
+async def serve(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+) -> asyncio.Server:
+    """Listen with TLS on ``host:port``; every accepted connection runs ``handler``."""
+    try:
+        return await asyncio.start_server(handler, host, port, ssl=context, reuse_address=True)
+    except OSError as exc:
+        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+async def accept(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    config: StreamConfig,
+    local_name: str,
+    roles: set[HostRole],
+) -> tuple[Connection, dict[str, Any]]:
+    """Server side of the handshake; returns the connection and the client's HELLO."""
+    name = peer_name(writer.get_extra_info("ssl_object"))
+    conn = Connection(reader, writer, name, config.replication.max_frame_bytes)
+    hello = await asyncio.wait_for(conn.receive_control(FrameType.HELLO), HANDSHAKE_TIMEOUT_S)
+    claimed = require(hello, "host", str)
+    role = config.role_of(name)
+    problem = None
+    if claimed != name:
+        problem = f"certificate names {name!r} but HELLO claims {claimed!r}"
+    elif role not in roles:
+        problem = (
+            f"host {name!r} is a {role or 'unknown host'} here, not a {'/'.join(sorted(roles))}"
+        )
+    elif hello.get("stream") != config.stream:
+        problem = f"wrong stream {hello.get('stream')!r}, this is {config.stream!r}"
+    elif hello.get("version") != PROTOCOL_VERSION:
+        problem = f"protocol version {hello.get('version')!r} not supported"
+    if problem:
+        await conn.error(problem, retryable=False)
+        raise PeerRejectedError(problem)
+    await conn.send(FrameType.WELCOME, {"node": local_name, "stream": config.stream})
+    return conn, hello
+
+
+async def connect(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    config: StreamConfig,
+    local_name: str,
+    role: str,
+    expect_node: str | None,
+) -> tuple[Connection, str]:
+    """Client side: connect, handshake; returns the connection and the node that answered."""
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context, server_hostname=None),
+            CONNECT_TIMEOUT_S,
+        )
+    except (OSError, ssl.SSLError, TimeoutError) as exc:
+        raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
+    name = peer_name(writer.get_extra_info("ssl_object"))
+    conn = Connection(reader, writer, name, config.replication.max_frame_bytes)
+    try:
+        if config.role_of(name) is not HostRole.NODE or (expect_node and name != expect_node):
+            raise PeerRejectedError(
+                f"{host}:{port} presented {name!r}, not node {expect_node or '(any)'}"
+            )
+        hello = {
+            "role": role,
+            "host": local_name,
+            "stream": config.stream,
+            "version": PROTOCOL_VERSION,
+        }
+        await conn.send(FrameType.HELLO, hello)
+        welcome = await asyncio.wait_for(
+            conn.receive_control(FrameType.WELCOME), HANDSHAKE_TIMEOUT_S
+        )
+        if require(welcome, "node", str) != name:
+            raise PeerRejectedError(f"{name} welcomed as {welcome['node']!r}")
+    except BaseException:
+        await conn.close()
+        raise
+    return conn, name

@@ -1,0 +1,131 @@
+"""A replica: a byte-identical copy of a stream directory, appended only at its end.
+
+The receiving side of push (a node's ``in/<topic>.<host>``) and of pull (a
+subscriber host's copy of the merged log) both write through :class:`ReplicaDir`.
+It accepts a chunk only if it starts exactly where the copy ends (or starts the
+next file with a matching header) and holds whole, CRC-valid records; anything
+else is refused with the reason and nothing is written. Order of operations:
+check, write, fsync (per policy), then report the new end, which the caller acks.
+
+On open, the last file's torn tail is cut (a crash mid-write) and the end of the
+valid data is where the sender must resume. A copy whose last file is corrupt
+(a bad record followed by valid ones) refuses to open: appending would hide it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rt_appliance.errors import CorruptLogError, LogError
+from rt_appliance.limits import MAX_BATCH_MESSAGES
+from rt_appliance.log.format import decode_file_header
+from rt_appliance.log.recovery import recover_last_file, verify_file
+from rt_appliance.log.scan import Stop, check_record, scan
+from rt_appliance.log.segments import DirectoryLock, list_files
+from rt_appliance.log.writer import create_stream_file, write_all
+from rt_appliance.position import Position
+
+__all__ = ["ReplicaDir"]
+
+
+class ReplicaDir:
+    """Appends chunks to a copy of a stream directory, which it holds exclusively."""
+
+    def __init__(self, directory: Path, fsync: bool = True) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self.fsync = fsync
+        self._lock = DirectoryLock(directory)
+        self._fd = -1
+        try:
+            self.recovery = recover_last_file(directory)
+            files = list_files(directory)
+            if files:
+                last = files[-1]
+                valid = verify_file(last.path).valid_bytes
+                self.end = Position.of(last.session, last.roll, valid)
+                self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+                self._path = last.path
+            else:
+                self.end = Position.ZERO
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def append(self, position: Position, data: bytes | memoryview) -> Position:
+        """Append ``data`` (whole records; at offset 0 a file header first); returns the end."""
+        data = bytes(data)
+        if position.offset == 0:
+            header_bytes = self._start_file(position, data)
+        elif position != self.end:
+            raise CorruptLogError(
+                str(self.directory),
+                position.offset,
+                f"chunk starts at {position!r} but the replica ends at {self.end!r}",
+            )
+        else:
+            header_bytes = 0
+        _check_records(data, header_bytes, self.directory, position)
+        if header_bytes:
+            self._create(position, data[:header_bytes])
+        size = self.end.offset
+        write_all(self._fd, memoryview(data)[header_bytes:], self._path, size)
+        if self.fsync:
+            os.fdatasync(self._fd)
+        self.end = Position(self.end + len(data) - header_bytes)
+        return self.end
+
+    def _start_file(self, position: Position, data: bytes) -> int:
+        """Check a chunk that starts a new file; returns its header's size."""
+        if self.end != 0 and position.file_key <= self.end.file_key:
+            raise CorruptLogError(
+                str(self.directory),
+                0,
+                f"a new file at {position!r} does not follow the replica's end {self.end!r}",
+            )
+        header = decode_file_header(data)
+        if isinstance(header, str):
+            raise CorruptLogError(str(self.directory), 0, f"chunk at {position!r}: {header}")
+        if (header.session, header.roll) != position.file_key:
+            raise CorruptLogError(
+                str(self.directory),
+                0,
+                f"header names log.{header.session}.{header.roll}, chunk is for {position!r}",
+            )
+        return header.header_bytes
+
+    def _create(self, position: Position, header: bytes) -> None:
+        if self._fd >= 0:
+            if self.fsync:
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+        self._fd, self._path = create_stream_file(
+            self.directory, position.session, position.roll, header
+        )
+        self.end = Position.of(position.session, position.roll, len(header))
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._lock.release()
+
+
+def _check_records(data: bytes, start: int, directory: Path, position: Position) -> None:
+    """``data[start:]`` must be whole, valid records (merged-log range records included)."""
+    offset = start
+    while offset < len(data):
+        result = scan(data, offset, MAX_BATCH_MESSAGES, decode=False)
+        if result.stop is Stop.RANGE:  # a valid range record: step over it
+            offset = check_record(data, result.stop_offset)[1]
+            continue
+        if result.stop is Stop.BAD:
+            where = position.offset + result.stop_offset
+            raise CorruptLogError(
+                str(directory), where, f"received record refused: {result.reason}"
+            )
+        if result.stop_offset == offset:
+            raise LogError(f"{directory}: chunk at {position!r} ends inside a record")
+        offset = result.stop_offset

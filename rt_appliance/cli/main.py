@@ -13,6 +13,7 @@ import click
 
 from rt_appliance import __version__
 from rt_appliance.cli.bench_cmd import bench
+from rt_appliance.cli.certs_cmds import certs
 from rt_appliance.cli.demo_cmd import demo
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
@@ -47,6 +48,7 @@ cli.add_command(subscribe)
 cli.add_command(log_group)
 cli.add_command(demo)
 cli.add_command(bench)
+cli.add_command(certs)
 
 
 def main() -> None:

@@ -1,0 +1,112 @@
+"""The certificate files of a stream: one CA and one certificate per configured host.
+
+``init_for_config`` is what ``rt certs init`` runs. Everything is generated in
+memory first, then each file is written atomically (a temporary file in the
+same directory, fsync, rename), private keys with mode 0600 from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from rt_appliance.certs.authority import CA_DAYS, PrivateKey, create_ca, issue_host_cert
+from rt_appliance.config.model import NodeConfig, StreamConfig
+from rt_appliance.errors import CertificateError, UsageError
+
+__all__ = ["host_addresses", "init_for_config"]
+
+
+def host_addresses(config: StreamConfig, name: str) -> list[str]:
+    """Every address host ``name`` is reached by: its ``host``, and a node's ``advertised_host``."""
+    for host in config.all_hosts():
+        if host.name == name:
+            addresses = [host.host]
+            advertised = host.advertised_host if isinstance(host, NodeConfig) else None
+            if advertised is not None and advertised not in addresses:
+                addresses.append(advertised)
+            return addresses
+    names = ", ".join(h.name for h in config.all_hosts())
+    raise UsageError(f"no host named {name!r} in stream {config.stream} (hosts: {names})")
+
+
+def init_for_config(
+    config: StreamConfig, out_dir: Path, *, days: int, force: bool, ca_days: int = CA_DAYS
+) -> list[Path]:
+    """Make a CA and a certificate for every host of ``config``; return the files written.
+
+    Writes ``ca.crt``, ``ca.key``, and ``<name>.crt`` and ``<name>.key`` for every
+    host into ``out_dir`` (PEM; keys mode 0600). ``days`` is the validity of the
+    host certificates, ``ca_days`` the CA's. Without ``force``, nothing is
+    written if any of these files already exists.
+    """
+    out_dir = Path(out_dir)
+    hosts = [h.name for h in config.all_hosts()]
+    targets = [out_dir / "ca.crt", out_dir / "ca.key"]
+    for name in hosts:
+        targets += [out_dir / f"{name}.crt", out_dir / f"{name}.key"]
+    existing = [str(p) for p in targets if p.exists() or p.is_symlink()]
+    if existing and not force:
+        raise CertificateError(
+            f"refusing to overwrite {len(existing)} existing file(s) "
+            f"(use --force to replace them all): {', '.join(existing)}"
+        )
+    ca_key, ca_cert = create_ca(config.stream, days=ca_days)
+    contents: list[tuple[Path, bytes, bool]] = [
+        (out_dir / "ca.crt", _cert_pem(ca_cert), False),
+        (out_dir / "ca.key", _key_pem(ca_key), True),
+    ]
+    for name in hosts:
+        key, cert = issue_host_cert(ca_key, ca_cert, name, host_addresses(config, name), days=days)
+        contents += [
+            (out_dir / f"{name}.crt", _cert_pem(cert), False),
+            (out_dir / f"{name}.key", _key_pem(key), True),
+        ]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for path, data, secret in contents:
+            _write_atomic(path, data, 0o600 if secret else 0o644)
+        _fsync_dir(out_dir)
+    except OSError as exc:
+        raise CertificateError(f"cannot write certificates to {out_dir}: {exc}") from exc
+    return [path for path, _, _ in contents]
+
+
+def _cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def _key_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace ``path`` with ``data``: a temporary file made with ``mode`` in the same directory,
+    fsynced, then renamed over ``path``."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

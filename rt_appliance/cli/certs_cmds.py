@@ -1,0 +1,127 @@
+"""``rt certs init`` and ``rt certs show``: the stream's mutual-TLS certificates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from rt_appliance.certs import describe, init_for_config
+from rt_appliance.certs.authority import CA_DAYS, HOST_DAYS
+from rt_appliance.config import load_config
+
+
+@click.group("certs")
+def certs() -> None:
+    """Make and inspect mutual-TLS certificates.
+
+    Every connection between hosts is mutual TLS 1.3: both ends present a
+    certificate from the stream's CA. One CA per stream; one certificate per
+    host of the configuration, whose common name is the host's name. See
+    docs/CERTIFICATES.md.
+    """
+
+
+@certs.command("init")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The stream configuration (rt.yaml) whose nodes, publishers and subscribers get "
+    "certificates.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory to write into (created if missing)  [default: the config's tls.dir]",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    metavar="DAYS",
+    default=HOST_DAYS,
+    show_default=True,
+    help="Validity of each host certificate, in days (cut short if it would outlive the CA).",
+)
+@click.option(
+    "--ca-days",
+    type=click.IntRange(min=1),
+    metavar="DAYS",
+    default=CA_DAYS,
+    show_default=True,
+    help="Validity of the CA certificate, in days.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace existing files: a new CA and new certificates for every host (rotation; "
+    "restart every service afterwards). Without it, nothing is written if any file exists.",
+)
+def init(config_path: str, out: Path | None, days: int, ca_days: int, force: bool) -> None:
+    """Make a CA and a key and certificate for every host of a stream.
+
+    Writes ca.crt, ca.key and, for every node, publisher and subscriber,
+    <name>.crt and <name>.key (PEM, ECDSA P-256; keys mode 0600), and prints
+    each file written. A host certificate names the host (CN and DNS name) and
+    every address it is reached by (host, and a node's advertised_host), and
+    serves both as server and as client certificate. Copy ca.crt and a host's
+    own two files to that host's tls.dir; ca.key stays offline.
+    """
+    config = load_config(config_path)
+    out_dir = out if out is not None else Path(config.tls.dir)
+    written = init_for_config(config, out_dir, days=days, ca_days=ca_days, force=force)
+    for path in written:
+        click.echo(str(path))
+    click.echo(
+        f"stream {config.stream}: a CA and {len(config.all_hosts())} host certificates "
+        f"in {out_dir} (hosts valid {days} days, CA {ca_days} days)",
+        err=True,
+    )
+
+
+@certs.command("show")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def show(file: Path, as_json: bool) -> None:
+    """Describe a certificate file (PEM or DER).
+
+    Subject, issuer, serial, key type, whether it is a CA, subject alternative
+    names, key usages, validity, days left (negative once expired) and the
+    SHA-256 fingerprint. Exit status 1 if the file cannot be read or is not a
+    certificate.
+    """
+    info = describe(file)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    days_left = info["days_left"]
+    if days_left < 0:
+        status = f"{days_left} (EXPIRED)"
+    elif not info["valid_now"]:
+        status = f"{days_left} (NOT YET VALID)"
+    else:
+        status = str(days_left)
+    rows: list[tuple[str, object]] = [
+        ("file", info["file"]),
+        ("subject", info["subject"]),
+        ("issuer", info["issuer"]),
+        ("serial", info["serial"]),
+        ("key", info["key"]),
+        ("is_ca", "yes" if info["is_ca"] else "no"),
+        ("sans", _joined(info["sans"])),
+        ("key_usage", _joined(info["key_usage"])),
+        ("extended_key_usage", _joined(info["extended_key_usage"])),
+        ("not_before", info["not_before"]),
+        ("not_after", info["not_after"]),
+        ("days_left", status),
+        ("sha256", info["sha256"]),
+    ]
+    for label, value in rows:
+        click.echo(f"{label + ':':<20}{value}")
+
+
+def _joined(values: list[str]) -> str:
+    return ", ".join(values) or "-"

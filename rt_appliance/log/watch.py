@@ -15,16 +15,17 @@ _MASK = (
 
 
 class DirectoryWatcher:
-    """Wakes a follower when any file in ``directory`` is written, created or deleted.
+    """Wakes a follower when any file in the directories is written, created or deleted.
 
     Create it before reading: a change made between a read and :meth:`wait` is
     queued by the kernel, so the wait returns at once and nothing is missed.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, *directories: Path) -> None:
         self._inotify = INotify()
         try:
-            self._inotify.add_watch(str(directory), _MASK)
+            for directory in directories:
+                self._inotify.add_watch(str(directory), _MASK)
         except BaseException:
             self._inotify.close()
             raise

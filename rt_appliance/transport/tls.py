@@ -14,11 +14,9 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.x509.oid import NameOID
-
+from rt_appliance.certs import peer_name as certificate_name
 from rt_appliance.config.model import TlsConfig
-from rt_appliance.errors import PeerRejectedError, TransportError
+from rt_appliance.errors import CertificateError, PeerRejectedError, TransportError
 
 __all__ = ["client_context", "peer_name", "server_context"]
 
@@ -59,8 +57,7 @@ def peer_name(ssl_object: ssl.SSLObject | ssl.SSLSocket | None) -> str:
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
     if not der:
         raise PeerRejectedError("peer presented no certificate")
-    cert = x509.load_der_x509_certificate(der)
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if not names:
-        raise PeerRejectedError("peer certificate has no common name")
-    return str(names[0].value)
+    try:
+        return certificate_name(der)
+    except CertificateError as exc:
+        raise PeerRejectedError(f"peer certificate: {exc}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -67,7 +68,7 @@ def _init(tmp_path: Path, out: Path, *extra: str) -> list[str]:
 
 
 def test_help() -> None:
-    assert "certs      Make and inspect mutual-TLS certificates." in rt("--help").stdout
+    assert re.search(r"\n  certs +Make and inspect mutual-TLS certificates\.", rt("--help").stdout)
     init_help = rt("certs", "init", "--help").stdout
     assert all(opt in init_help for opt in ("--config", "--out", "--days", "--ca-days", "--force"))
     assert "--json" in rt("certs", "show", "--help").stdout

@@ -1,0 +1,1 @@
+"""Long-running processes: wiring, signals; nothing imports these but the CLI."""

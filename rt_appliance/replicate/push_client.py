@@ -1,0 +1,207 @@
+"""The push client: streams a publisher host's directories to every RT node.
+
+One per publisher host (``rt push-client``). It holds one connection to each
+node: directly, or through the load balancer, where the WELCOME names the node
+that answered and a connection to a node it already holds is closed and retried
+(RabbitMQ's workaround). On each connection it offers its directories, resumes
+where the node says, sends chunks as the publisher writes them (inotify), and
+reconnects with capped, jittered backoff. Rolled files that every node has
+acknowledged are deleted when ``replication.delete_acked`` is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from rt_appliance.config.model import NodeConfig, StreamConfig
+from rt_appliance.errors import RTError
+from rt_appliance.log.naming import publisher_dir_name
+from rt_appliance.log.segments import fsync_dir, list_files
+from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.position import Position
+from rt_appliance.replicate.backoff import Backoff
+from rt_appliance.replicate.messages import FrameType, decode_control, require
+from rt_appliance.replicate.push_metrics import PushMetrics
+from rt_appliance.replicate.session import Connection, connect
+from rt_appliance.replicate.source import DirectorySource
+from rt_appliance.transport.tls import client_context
+
+__all__ = ["PushClient"]
+
+log = logging.getLogger(__name__)
+
+_FRAME_MARGIN_BYTES = 4096  # DATA header and directory name within max_frame_bytes
+_IDLE_WAIT_S = 0.5
+
+
+class PushClient:
+    """Replicates ``topics`` of publisher host ``host_name`` to every node of the stream."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        host_name: str,
+        topics: list[str] | None = None,
+        metrics_port: int | None = None,
+    ) -> None:
+        self.config = config
+        self.host = config.publisher(host_name)
+        self.root = config.data_dir_of(self.host) / "pub"
+        self.dirs = [publisher_dir_name(t, host_name) for t in (topics or self.host.topics)]
+        self.acked: dict[str, dict[str, Position]] = {n.name: {} for n in config.nodes}
+        self.connected: set[str] = set()
+        self.metrics = PushMetrics("client")
+        self._metrics_port = (
+            config.ports.push_client_metrics if metrics_port is None else metrics_port
+        )
+        self._context = client_context(config.tls, host_name)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        for d in self.dirs:
+            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.metrics.serve(self.host.host, self._metrics_port)
+        slots = [asyncio.create_task(self._slot(node, stop)) for node in self.config.nodes]
+        await stop.wait()
+        for task in slots:
+            task.cancel()
+        await asyncio.gather(*slots, return_exceptions=True)
+
+    async def _slot(self, node: NodeConfig, stop: asyncio.Event) -> None:
+        """Keep one connection to a node (direct) or to a not-yet-held node (load balancer)."""
+        r = self.config.replication
+        backoff = Backoff(r.reconnect_initial_ms / 1000, r.reconnect_max_ms / 1000)
+        while not stop.is_set():
+            name = node.name
+            try:
+                conn, name = await self._connect(node)
+                backoff.reset()
+                try:
+                    await self._stream(conn, name, stop)
+                finally:
+                    self.connected.discard(name)
+                    self.metrics.connected.labels(node=name).set(0)
+                    await conn.close()
+            except RTError as exc:
+                self.metrics.reconnects.labels(node=name).inc()
+                log.warning("push to %s: %s; retrying", name, exc)
+            except (OSError, TimeoutError) as exc:
+                self.metrics.reconnects.labels(node=name).inc()
+                log.warning("push to %s: %s; retrying", name, exc)
+            await asyncio.sleep(backoff.next_delay())
+
+    async def _connect(self, node: NodeConfig) -> tuple[Connection, str]:
+        lb = self.config.load_balancer
+        if lb is None:
+            conn, name = await connect(
+                node.host,
+                self.config.ports.push,
+                self._context,
+                self.config,
+                self.host.name,
+                "push",
+                node.name,
+            )
+        else:
+            host, _, port = lb.rpartition(":")
+            conn, name = await connect(
+                host, int(port), self._context, self.config, self.host.name, "push", None
+            )
+            if name in self.connected:
+                await conn.close()
+                raise RTError(f"load balancer gave {name}, already connected; trying again")
+        self.connected.add(name)
+        self.metrics.connected.labels(node=name).set(1)
+        log.info("push connected to %s", name)
+        return conn, name
+
+    async def _stream(self, conn: Connection, node: str, stop: asyncio.Event) -> None:
+        sources: dict[str, DirectorySource] = {}
+        try:
+            for d in self.dirs:
+                await conn.send(FrameType.OFFER, {"dir": d})
+                fields = await conn.receive_control(FrameType.RESUME)
+                position = Position.parse(require(fields, "position", int))
+                self.acked[node][d] = position
+                sources[d] = DirectorySource(
+                    self.root / d, position, conn.max_frame_bytes - _FRAME_MARGIN_BYTES
+                )
+                log.info("push %s to %s: resuming at %d", d, node, position)
+            acks = asyncio.create_task(self._read_acks(conn, node))
+            try:
+                await self._send_loop(conn, node, sources, acks, stop)
+            finally:
+                acks.cancel()
+                await asyncio.gather(acks, return_exceptions=True)
+        finally:
+            for source in sources.values():
+                source.close()
+
+    async def _send_loop(
+        self,
+        conn: Connection,
+        node: str,
+        sources: dict[str, DirectorySource],
+        acks: asyncio.Task[None],
+        stop: asyncio.Event,
+    ) -> None:
+        with DirectoryWatcher(*(self.root / d for d in self.dirs)) as watcher:
+            while not stop.is_set():
+                if acks.done():
+                    acks.result()  # raises why the connection ended
+                    return
+                sent = False
+                for d, source in sources.items():
+                    chunk = source.read()
+                    if chunk is not None:
+                        await conn.send_data(d, chunk.position, chunk.data)
+                        self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
+                        self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
+                        sent = True
+                if not sent:
+                    await asyncio.to_thread(watcher.wait, _IDLE_WAIT_S)
+
+    async def _read_acks(self, conn: Connection, node: str) -> None:
+        while True:
+            frame_type, body = await conn.receive()
+            fields = decode_control(frame_type, body)
+            if frame_type == FrameType.ERROR:
+                raise RTError(f"{node} refused: {fields.get('message')}")
+            if frame_type != FrameType.ACK:
+                raise RTError(f"{node} sent frame type {frame_type}, expected ACK")
+            d, position = (
+                require(fields, "dir", str),
+                Position.parse(require(fields, "position", int)),
+            )
+            self.acked[node][d] = position
+            self.metrics.acked_position.labels(node=node, dir=d).set(int(position))
+            if self.config.replication.delete_acked:
+                self._delete_acked(d)
+
+    def _delete_acked(self, d: str) -> None:
+        """Delete rolled files of ``d`` that every node has acknowledged past."""
+        marks = [self.acked[n.name].get(d) for n in self.config.nodes]
+        if any(m is None for m in marks):
+            return
+        oldest = min(m.file_key for m in marks if m is not None)
+        directory = self.root / d
+        deleted = False
+        for f in list_files(directory):
+            if f.key >= oldest:
+                break
+            try:
+                os.unlink(f.path)
+            except FileNotFoundError:
+                continue
+            deleted = True
+            self.metrics.deleted_files.labels(dir=d).inc()
+            log.info("deleted %s: every node holds it", f.path)
+        if deleted:
+            fsync_dir(directory)
+
+
+def publisher_root(config: StreamConfig, host_name: str) -> Path:
+    """Where publisher host ``host_name`` writes (``<data_dir>/pub``)."""
+    return config.data_dir_of(config.publisher(host_name)) / "pub"

@@ -1,0 +1,54 @@
+"""Prometheus metrics of push replication (one registry per process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+__all__ = ["PushMetrics"]
+
+
+class PushMetrics:
+    """Counters and gauges of a push client or push server, served over HTTP."""
+
+    def __init__(self, side: str) -> None:
+        self.registry = CollectorRegistry()
+        prefix = f"rt_push_{side}"
+        labels = ["node", "dir"]
+        self.bytes = Counter(
+            f"{prefix}_bytes", "Bytes of records replicated", labels, registry=self.registry
+        )
+        self.records = Counter(
+            f"{prefix}_records", "Records replicated", labels, registry=self.registry
+        )
+        self.lag_bytes = Gauge(
+            f"{prefix}_lag_bytes",
+            "Bytes the node has not acknowledged yet (client) or not received (server, as offered)",
+            labels,
+            registry=self.registry,
+        )
+        self.acked_position = Gauge(
+            f"{prefix}_acked_position", "Last acknowledged position", labels, registry=self.registry
+        )
+        self.connected = Gauge(
+            f"{prefix}_connected", "1 while a connection is up", ["node"], registry=self.registry
+        )
+        self.reconnects = Counter(
+            f"{prefix}_reconnects", "Connections lost or failed", ["node"], registry=self.registry
+        )
+        self.rejected = Counter(
+            f"{prefix}_rejected_connections",
+            "Connections refused",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.deleted_files = Counter(
+            f"{prefix}_deleted_files",
+            "Publisher files deleted after every node acknowledged them",
+            ["dir"],
+            registry=self.registry,
+        )
+
+    def serve(self, host: str, port: int) -> None:
+        """Expose ``/metrics`` on ``host:port`` (port 0: not served)."""
+        if port:
+            start_http_server(port, addr=host, registry=self.registry)

@@ -1,0 +1,157 @@
+"""The push server: receives publisher directories into ``<data_dir>/in/`` on an RT node.
+
+One per node (``rt push-server``). A publisher host's push client connects,
+offers each of its directories; the server answers with where its replica ends
+(``RESUME``), then appends every ``DATA`` chunk that continues exactly there and
+holds whole, CRC-valid records, syncs it (``replication.fsync``) and acks the
+durable end. A publisher certificate may write only its own host's directories,
+and only topics the configuration lists for that host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from rt_appliance.config.model import HostRole, StreamConfig
+from rt_appliance.errors import PeerRejectedError, RTError
+from rt_appliance.log.naming import parse_publisher_dir
+from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
+from rt_appliance.replicate.push_metrics import PushMetrics
+from rt_appliance.replicate.session import Connection, accept, serve
+from rt_appliance.replicate.sink import ReplicaDir
+from rt_appliance.transport.tls import server_context
+
+__all__ = ["PushServer"]
+
+log = logging.getLogger(__name__)
+
+
+class PushServer:
+    """Accepts push connections for node ``node_name`` until stopped."""
+
+    def __init__(
+        self, config: StreamConfig, node_name: str, metrics_port: int | None = None
+    ) -> None:
+        self.config = config
+        self.node = config.node(node_name)
+        self.in_dir = config.data_dir_of(self.node) / "in"
+        self.metrics = PushMetrics("server")
+        self._metrics_port = (
+            config.ports.push_server_metrics if metrics_port is None else metrics_port
+        )
+        self._replicas: dict[str, ReplicaDir] = {}
+
+    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+        context = server_context(self.config.tls, self.node.name)
+        server = await serve(self.node.host, self.config.ports.push, context, self._handle)
+        self.metrics.serve(self.node.host, self._metrics_port)
+        log.info(
+            "push server %s listening on %s:%d, replicas in %s",
+            self.node.name,
+            self.node.host,
+            self.config.ports.push,
+            self.in_dir,
+        )
+        if ready is not None:
+            ready.set()
+        try:
+            await stop.wait()
+        finally:
+            server.close()
+            await server.wait_closed()
+            for replica in self._replicas.values():
+                replica.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = writer.get_extra_info("peername")
+        conn: Connection | None = None
+        try:
+            conn, _ = await accept(
+                reader, writer, self.config, self.node.name, {HostRole.PUBLISHER}
+            )
+            log.info("push connection from %s (%s)", conn.peer, address)
+            await self._serve(conn)
+        except PeerRejectedError as exc:
+            self.metrics.rejected.labels(reason=_reason(exc)).inc()
+            log.warning("push connection from %s refused: %s", address, exc)
+        except RTError as exc:
+            log.warning("push connection from %s ended: %s", conn.peer if conn else address, exc)
+        except (TimeoutError, ConnectionError) as exc:
+            log.warning("push connection from %s ended: %s", address, exc)
+        except asyncio.CancelledError:
+            log.info("push connection from %s closed: server stopping", address)
+        finally:
+            if conn is not None:
+                await conn.close()
+            else:
+                writer.close()
+
+    async def _serve(self, conn: Connection) -> None:
+        offered: set[str] = set()
+        while True:
+            frame_type, body = await conn.receive()
+            if frame_type == FrameType.DATA:
+                await self._data(conn, body, offered)
+            elif frame_type == FrameType.OFFER:
+                name = require(decode_control(frame_type, body), "dir", str)
+                replica = await self._offer(conn, name)
+                offered.add(name)
+                await conn.send(FrameType.RESUME, {"dir": name, "position": int(replica.end)})
+                log.info("%s offers %s: resume at %d", conn.peer, name, replica.end)
+            else:
+                await conn.error(f"unexpected frame type {frame_type}", retryable=False)
+                return
+
+    async def _offer(self, conn: Connection, name: str) -> ReplicaDir:
+        parsed = parse_publisher_dir(name)
+        allowed = self.config.publisher(conn.peer).topics
+        if parsed is None or parsed[1] != conn.peer or parsed[0] not in allowed:
+            message = f"{conn.peer} may not write {name!r} (its topics: {', '.join(allowed)})"
+            await conn.error(message, retryable=False)
+            raise PeerRejectedError(message)
+        replica = self._replicas.get(name)
+        if replica is None:
+            try:
+                replica = ReplicaDir(
+                    self.in_dir / name, fsync=self.config.replication.fsync != "never"
+                )
+            except RTError as exc:
+                await conn.error(
+                    f"replica {name} on {self.node.name} unusable: {exc}", retryable=False
+                )
+                raise
+            if replica.recovery is not None:
+                log.warning(
+                    "replica %s: cut a torn tail of %d bytes", name, replica.recovery.lost_bytes
+                )
+            self._replicas[name] = replica
+        return replica
+
+    async def _data(self, conn: Connection, body: bytes, offered: set[str]) -> None:
+        data = decode_data(body)
+        if data.dir not in offered:
+            await conn.error(f"DATA for {data.dir!r}, which was not offered", retryable=False)
+            raise PeerRejectedError(f"{conn.peer} sent DATA for un-offered {data.dir!r}")
+        replica = self._replicas[data.dir]
+        try:
+            end = replica.append(data.position, data.payload)
+        except RTError as exc:
+            await conn.error(
+                f"{self.node.name} refused data for {data.dir}: {exc}", retryable=False
+            )
+            raise
+        self.metrics.bytes.labels(node=self.node.name, dir=data.dir).inc(len(data.payload))
+        self.metrics.acked_position.labels(node=self.node.name, dir=data.dir).set(int(end))
+        await conn.send(FrameType.ACK, {"dir": data.dir, "position": int(end)})
+
+
+def _reason(exc: PeerRejectedError) -> str:
+    text = str(exc)
+    return "certificate" if "certificate" in text else "role" if "is a" in text else "request"
+
+
+def replica_path(config: StreamConfig, node_name: str, dir_name: str) -> Path:
+    """Where node ``node_name`` keeps its replica of publisher directory ``dir_name``."""
+    return config.data_dir_of(config.node(node_name)) / "in" / dir_name

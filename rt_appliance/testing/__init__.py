@@ -1,0 +1,1 @@
+"""Helpers shared by the tests and ``rt demo``: local clusters, certificates, checks."""

@@ -162,6 +162,7 @@ class ReplicationConfig(_Model):
     reconnect_initial_ms: Annotated[int, Field(ge=1)] = 100
     reconnect_max_ms: Annotated[int, Field(ge=1)] = 5000
     delete_acked: bool = True  # push client deletes rolled files every node acknowledged
+    ack_timeout_ms: Annotated[int, Field(ge=100)] = 10_000  # unacked data this long: peer is gone
     pull_source: str | None = None  # directory the pull server serves; default <data_dir>/merged
 
     @model_validator(mode="after")

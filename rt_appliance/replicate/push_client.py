@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 
 from rt_appliance.config.model import NodeConfig, StreamConfig
-from rt_appliance.errors import RTError
+from rt_appliance.errors import RTError, TransportError
 from rt_appliance.log.naming import publisher_dir_name
-from rt_appliance.log.segments import fsync_dir, list_files
+from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
 from rt_appliance.log.watch import DirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
@@ -53,6 +54,7 @@ class PushClient:
         self.dirs = [publisher_dir_name(t, host_name) for t in (topics or self.host.topics)]
         self.acked: dict[str, dict[str, Position]] = {n.name: {} for n in config.nodes}
         self.connected: set[str] = set()
+        self._last_ack: dict[str, float] = {}
         self.metrics = PushMetrics("client")
         self._metrics_port = (
             config.ports.push_client_metrics if metrics_port is None else metrics_port
@@ -147,21 +149,41 @@ class PushClient:
         acks: asyncio.Task[None],
         stop: asyncio.Event,
     ) -> None:
+        """Send chunks as they appear; a peer that stops acking for ack_timeout is gone."""
+        timeout = self.config.replication.ack_timeout_ms / 1000
+        sent = {d: source.position for d, source in sources.items()}
+        self._last_ack[node] = time.monotonic()
+        next_lag_update = 0.0
         with DirectoryWatcher(*(self.root / d for d in self.dirs)) as watcher:
             while not stop.is_set():
                 if acks.done():
                     acks.result()  # raises why the connection ended
                     return
-                sent = False
+                waiting = any(sent[d] > self.acked[node].get(d, Position.ZERO) for d in sent)
+                if waiting and time.monotonic() - self._last_ack[node] > timeout:
+                    raise TransportError(f"{node} acknowledged nothing for {timeout:g}s")
+                sent_any = False
                 for d, source in sources.items():
                     chunk = source.read()
                     if chunk is not None:
-                        await conn.send_data(d, chunk.position, chunk.data)
+                        await asyncio.wait_for(
+                            conn.send_data(d, chunk.position, chunk.data), timeout
+                        )
+                        sent[d] = chunk.next_position
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
                         self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
-                        sent = True
-                if not sent:
-                    await asyncio.to_thread(watcher.wait, _IDLE_WAIT_S)
+                        sent_any = True
+                if time.monotonic() >= next_lag_update:
+                    self._update_lag(node)
+                    next_lag_update = time.monotonic() + 1.0
+                if not sent_any:
+                    await asyncio.to_thread(watcher.wait, min(_IDLE_WAIT_S, timeout / 4))
+
+    def _update_lag(self, node: str) -> None:
+        for d in self.dirs:
+            acked = self.acked[node].get(d, Position.ZERO)
+            lag = bytes_after(self.root / d, acked.session, acked.roll, acked.offset)
+            self.metrics.lag_bytes.labels(node=node, dir=d).set(lag)
 
     async def _read_acks(self, conn: Connection, node: str) -> None:
         while True:
@@ -176,6 +198,7 @@ class PushClient:
                 Position.parse(require(fields, "position", int)),
             )
             self.acked[node][d] = position
+            self._last_ack[node] = time.monotonic()
             self.metrics.acked_position.labels(node=node, dir=d).set(int(position))
             if self.config.replication.delete_acked:
                 self._delete_acked(d)

@@ -69,8 +69,11 @@ def wait_until(
 class Daemon:
     """One ``rt`` daemon process (``python -m rt_appliance.cli ...``), its output in a log file."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(
+        self, name: str, args: list[str], log_dir: Path, prefix: list[str] | None = None
+    ) -> None:
         self.name, self.args = name, args
+        self.prefix = prefix or []  # e.g. ["ip", "netns", "exec", "ns1"]
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -78,7 +81,15 @@ class Daemon:
     def start(self) -> Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rt_appliance.cli", "--log-level", "info", *self.args],
+            [
+                *self.prefix,
+                sys.executable,
+                "-m",
+                "rt_appliance.cli",
+                "--log-level",
+                "info",
+                *self.args,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

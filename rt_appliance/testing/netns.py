@@ -1,0 +1,58 @@
+"""A separate network host for tests: a network namespace joined to this one by a veth pair.
+
+Needs root. The namespace gets ``10.<a>.<b>.2`` and this side ``.1``; cutting the
+link (``cut``) takes the host-side interface down, as a pulled cable would: no
+packets, no resets; ``heal`` brings it back.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+__all__ = ["NetnsHost"]
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
+class NetnsHost:
+    """One namespace with a veth link to the root namespace."""
+
+    def __init__(self, tag: int) -> None:
+        pid = os.getpid() % 10000
+        self.name = f"rt{pid}n{tag}"
+        self.host_if, self.ns_if = f"rt{pid}h{tag}", f"rt{pid}p{tag}"
+        subnet = f"10.{200 + tag}.{pid % 250}"
+        self.local_address, self.address = f"{subnet}.1", f"{subnet}.2"
+        _ip("netns", "add", self.name)
+        try:
+            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            _ip("link", "set", self.ns_if, "netns", self.name)
+            _ip("addr", "add", f"{self.local_address}/24", "dev", self.host_if)
+            _ip("link", "set", self.host_if, "up")
+            self.exec_("ip", "addr", "add", f"{self.address}/24", "dev", self.ns_if)
+            self.exec_("ip", "link", "set", self.ns_if, "up")
+            self.exec_("ip", "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def prefix(self) -> list[str]:
+        """Prepend to a command to run it inside the namespace."""
+        return ["ip", "netns", "exec", self.name]
+
+    def exec_(self, *command: str) -> None:
+        subprocess.run([*self.prefix, *command], check=True, capture_output=True, text=True)
+
+    def cut(self) -> None:
+        _ip("link", "set", self.host_if, "down")
+
+    def heal(self) -> None:
+        _ip("link", "set", self.host_if, "up")
+
+    def close(self) -> None:
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)

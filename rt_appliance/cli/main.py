@@ -18,6 +18,7 @@ from rt_appliance.cli.demo_cmd import demo
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
 from rt_appliance.cli.push_cmds import push_client, push_server
+from rt_appliance.cli.replication_cmds import replication
 from rt_appliance.errors import RTError, UsageError
 
 
@@ -51,6 +52,7 @@ cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(push_server)
 cli.add_command(push_client)
+cli.add_command(replication)
 cli.add_command(certs)
 
 

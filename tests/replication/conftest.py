@@ -31,16 +31,11 @@ class Stream:
         ]
         return self._start(Daemon(f"push-server-{node}", args, self.work / "logs"))
 
-    def push_client(self, host: str = "pub-1", metrics_port: int = 0) -> Daemon:
-        args = [
-            "push-client",
-            "--config",
-            str(self.config_path),
-            "--host",
-            host,
-            "--metrics-port",
-            str(metrics_port),
-        ]
+    def push_client(self, host: str = "pub-1", metrics_port: int | None = 0) -> Daemon:
+        """``metrics_port`` None: the configuration's port."""
+        args = ["push-client", "--config", str(self.config_path), "--host", host]
+        if metrics_port is not None:
+            args += ["--metrics-port", str(metrics_port)]
         return self._start(Daemon(f"push-client-{host}", args, self.work / "logs"))
 
     def _start(self, daemon: Daemon) -> Daemon:

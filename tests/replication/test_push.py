@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -131,3 +134,58 @@ def test_byte_flipped_in_flight_breaks_the_connection_not_the_replica(
         assert "ended" in server.log()
     finally:
         relay.close()
+
+
+def test_replication_status_shows_state_and_lag(make_stream: Callable[..., Stream]) -> None:
+    stream = make_stream(replication={"delete_acked": False})
+    servers = {node: stream.push_server(node) for node in NODES}
+    publish(stream.pub_root(), 5)
+    stream.push_client(metrics_port=None)
+    wait_identical(stream, log_files(stream.pub_root() / "trades.pub-1"))
+
+    def status() -> tuple[int, list[dict[str, object]]]:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rt_appliance.cli",
+                "replication",
+                "status",
+                "--config",
+                str(stream.config_path),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return result.returncode, json.loads(result.stdout)
+
+    wait_until(
+        lambda: (
+            status()
+            == (
+                0,
+                [
+                    {
+                        "kind": "push",
+                        "client": "pub-1",
+                        "node": n,
+                        "dir": "trades.pub-1",
+                        "state": "connected",
+                        "acked_position": status()[1][i]["acked_position"],
+                        "lag_bytes": 0,
+                    }
+                    for i, n in enumerate(NODES)
+                ],
+            )
+        ),
+        20,
+        "every connection connected with no lag",
+    )
+    servers["rt-3"].kill(signal.SIGKILL)
+    wait_until(
+        lambda: status()[0] == 1 and status()[1][2]["state"] == "disconnected", 20, "rt-3 down"
+    )
+    code, rows = status()
+    assert [r["state"] for r in rows] == ["connected", "connected", "disconnected"]

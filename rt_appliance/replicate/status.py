@@ -1,0 +1,94 @@
+"""``rt replication status``: each replication connection's state and lag, from daemon metrics.
+
+Each daemon serves Prometheus metrics; this reads them over HTTP (the same
+numbers a monitoring system sees), so it works from any host that can reach
+the metrics ports, and shows a daemon that does not answer as ``unreachable``.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from rt_appliance.config.model import StreamConfig
+
+__all__ = ["ConnectionStatus", "collect_status", "scrape"]
+
+_TIMEOUT_S = 2.0
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStatus:
+    """One replication connection (or one daemon that could not be asked)."""
+
+    kind: str  # push | pull
+    client: str
+    node: str
+    dir: str
+    state: str  # connected | disconnected | unreachable
+    acked_position: int | None
+    lag_bytes: int | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def scrape(host: str, port: int) -> Samples | None:
+    """``{metric name: [(labels, value)]}`` from ``http://host:port/metrics``, or None."""
+    try:
+        with urllib.request.urlopen(
+            f"http://{host}:{port}/metrics", timeout=_TIMEOUT_S
+        ) as response:
+            text = response.read().decode()
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return None
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return samples
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float | None:
+    for sample_labels, value in samples.get(name, []):
+        if all(sample_labels.get(k) == v for k, v in labels.items()):
+            return value
+    return None
+
+
+def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
+    rows = []
+    for pub in config.publishers:
+        samples = scrape(pub.host, config.ports.push_client_metrics)
+        dirs = [f"{t}.{pub.name}" for t in pub.topics]
+        for node in config.nodes:
+            for d in dirs:
+                if samples is None:
+                    rows.append(
+                        ConnectionStatus("push", pub.name, node.name, d, "unreachable", None, None)
+                    )
+                    continue
+                up = _value(samples, "rt_push_client_connected", node=node.name)
+                acked = _value(samples, "rt_push_client_acked_position", node=node.name, dir=d)
+                lag = _value(samples, "rt_push_client_lag_bytes", node=node.name, dir=d)
+                rows.append(
+                    ConnectionStatus(
+                        "push",
+                        pub.name,
+                        node.name,
+                        d,
+                        "connected" if up else "disconnected",
+                        None if acked is None else int(acked),
+                        None if lag is None else int(lag),
+                    )
+                )
+    return rows
+
+
+def collect_status(config: StreamConfig) -> list[ConnectionStatus]:
+    """The status of every replication connection the configuration describes."""
+    return _push_rows(config)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 
 from rt_appliance.config.model import HostRole, StreamConfig
@@ -90,19 +91,49 @@ class PushServer:
 
     async def _serve(self, conn: Connection) -> None:
         offered: set[str] = set()
+        pending: dict[str, ReplicaDir] = {}  # written, not yet synced and acked
+        wake = asyncio.Event()
+        acker = asyncio.create_task(self._ack_loop(conn, pending, wake))
+        try:
+            while not acker.done():
+                frame_type, body = await conn.receive()
+                if frame_type == FrameType.DATA:
+                    name = await self._data(conn, body, offered)
+                    pending[name] = self._replicas[name]
+                    wake.set()
+                elif frame_type == FrameType.OFFER:
+                    name = require(decode_control(frame_type, body), "dir", str)
+                    replica = await self._offer(conn, name)
+                    offered.add(name)
+                    await conn.send(FrameType.RESUME, {"dir": name, "position": int(replica.end)})
+                    log.info("%s offers %s: resume at %d", conn.peer, name, replica.end)
+                else:
+                    await conn.error(f"unexpected frame type {frame_type}", retryable=False)
+                    return
+            acker.result()
+        finally:
+            acker.cancel()
+            await asyncio.gather(acker, return_exceptions=True)
+
+    async def _ack_loop(
+        self, conn: Connection, pending: dict[str, ReplicaDir], wake: asyncio.Event
+    ) -> None:
+        """Sync what was written, then ack it: one sync covers every frame received meanwhile."""
+        durable = self.config.replication.fsync != "never"
         while True:
-            frame_type, body = await conn.receive()
-            if frame_type == FrameType.DATA:
-                await self._data(conn, body, offered)
-            elif frame_type == FrameType.OFFER:
-                name = require(decode_control(frame_type, body), "dir", str)
-                replica = await self._offer(conn, name)
-                offered.add(name)
-                await conn.send(FrameType.RESUME, {"dir": name, "position": int(replica.end)})
-                log.info("%s offers %s: resume at %d", conn.peer, name, replica.end)
-            else:
-                await conn.error(f"unexpected frame type {frame_type}", retryable=False)
-                return
+            await wake.wait()
+            wake.clear()
+            batch = list(pending.items())
+            pending.clear()
+            for name, replica in batch:
+                fd, end = replica.sync_handle()
+                try:
+                    if durable:
+                        await asyncio.to_thread(os.fdatasync, fd)
+                finally:
+                    os.close(fd)
+                self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
+                await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
 
     async def _offer(self, conn: Connection, name: str) -> ReplicaDir:
         parsed = parse_publisher_dir(name)
@@ -129,22 +160,21 @@ class PushServer:
             self._replicas[name] = replica
         return replica
 
-    async def _data(self, conn: Connection, body: bytes, offered: set[str]) -> None:
+    async def _data(self, conn: Connection, body: bytes, offered: set[str]) -> str:
+        """Check and write one DATA frame (not synced yet); returns its directory."""
         data = decode_data(body)
         if data.dir not in offered:
             await conn.error(f"DATA for {data.dir!r}, which was not offered", retryable=False)
             raise PeerRejectedError(f"{conn.peer} sent DATA for un-offered {data.dir!r}")
-        replica = self._replicas[data.dir]
         try:
-            end = replica.append(data.position, data.payload)
+            self._replicas[data.dir].append(data.position, data.payload, sync=False)
         except RTError as exc:
             await conn.error(
                 f"{self.node.name} refused data for {data.dir}: {exc}", retryable=False
             )
             raise
         self.metrics.bytes.labels(node=self.node.name, dir=data.dir).inc(len(data.payload))
-        self.metrics.acked_position.labels(node=self.node.name, dir=data.dir).set(int(end))
-        await conn.send(FrameType.ACK, {"dir": data.dir, "position": int(end)})
+        return data.dir
 
 
 def _reason(exc: PeerRejectedError) -> str:

@@ -53,8 +53,14 @@ class ReplicaDir:
             self._lock.release()
             raise
 
-    def append(self, position: Position, data: bytes | memoryview) -> Position:
-        """Append ``data`` (whole records; at offset 0 a file header first); returns the end."""
+    def append(
+        self, position: Position, data: bytes | memoryview, sync: bool | None = None
+    ) -> Position:
+        """Append ``data`` (whole records; at offset 0 a file header first); returns the end.
+
+        ``sync`` (default: the replica's policy) makes it durable before returning;
+        a caller that groups syncs passes False and calls :meth:`sync_handle` later.
+        """
         data = bytes(data)
         if position.offset == 0:
             header_bytes = self._start_file(position, data)
@@ -71,10 +77,18 @@ class ReplicaDir:
             self._create(position, data[:header_bytes])
         size = self.end.offset
         write_all(self._fd, memoryview(data)[header_bytes:], self._path, size)
-        if self.fsync:
-            os.fdatasync(self._fd)
         self.end = Position(self.end + len(data) - header_bytes)
+        if self.fsync if sync is None else sync:
+            os.fdatasync(self._fd)
         return self.end
+
+    def sync_handle(self) -> tuple[int, Position]:
+        """A duplicate descriptor of the current file and the end it holds, to sync elsewhere.
+
+        ``fdatasync`` on it (in a worker thread) makes everything up to that end durable:
+        earlier files were synced when the next one was created. Close it afterwards.
+        """
+        return os.dup(self._fd), self.end
 
     def _start_file(self, position: Position, data: bytes) -> int:
         """Check a chunk that starts a new file; returns its header's size."""

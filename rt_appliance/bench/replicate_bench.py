@@ -1,0 +1,172 @@
+"""``rt bench replicate``: push replication throughput, catch-up, latency and memory.
+
+Runs real daemons (3 push servers on 127.0.0.1-3 and a push client) with real
+mutual TLS in a temporary work directory, as the tests do.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rt_appliance.bench.stats import Result
+from rt_appliance.config import load_config
+from rt_appliance.publish import Publisher
+from rt_appliance.subscribe import Subscriber
+from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
+
+__all__ = ["run_replicate_bench"]
+
+NODES = ["rt-1", "rt-2", "rt-3"]
+_PAYLOAD = b"x" * 100
+
+
+class _Stream:
+    """A 3-node stream with push servers running, and a push client to start."""
+
+    def __init__(self, work: Path, **replication: object) -> None:
+        self.path = write_local_config(work, extra={"replication": {"delete_acked": False, **replication}})
+        self.config = load_config(self.path)
+        self.work = work
+        self.root = self.config.data_dir_of(self.config.publisher("pub-1")) / "pub"
+        self.daemons = [self._daemon("push-server", "--node", n) for n in NODES]
+
+    def _daemon(self, kind: str, flag: str, name: str) -> Daemon:
+        args = [kind, "--config", str(self.path), flag, name, "--metrics-port", "0"]
+        return Daemon(f"{kind}-{name}", args, self.work / "logs").start()
+
+    def start_client(self) -> Daemon:
+        client = self._daemon("push-client", "--host", "pub-1")
+        self.daemons.append(client)
+        return client
+
+    def replica(self, node: str) -> Path:
+        return self.config.data_dir_of(self.config.node(node)) / "in" / "trades.pub-1"
+
+    def stop(self) -> None:
+        for daemon in self.daemons:
+            daemon.stop()
+
+
+def _size(directory: Path) -> int:
+    try:
+        return sum(p.stat().st_size for p in directory.glob("log.*"))
+    except FileNotFoundError:
+        return 0
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+def catch_up(work: Path, backlog_bytes: int, sample_memory: bool = False) -> tuple[float, dict[str, int]]:
+    """Seconds for 3 nodes to receive a ``backlog_bytes`` backlog; peak RSS growth per daemon."""
+    stream = _Stream(work)
+    try:
+        with Publisher(stream.root, "trades", "pub-1", fsync="never") as pub:
+            for _ in range(max(1, backlog_bytes // (128 * 1000))):
+                pub.publish_batch([_PAYLOAD] * 1000)
+        total = _size(stream.root / "trades.pub-1")
+        time.sleep(0.5)  # let the servers finish starting before the clock starts
+        start_rss = {d.name: _rss_bytes(d.proc.pid) for d in stream.daemons if d.proc}
+        client = stream.start_client()
+        start = time.perf_counter()
+        peak: dict[str, int] = {}
+
+        def done() -> bool:
+            if sample_memory:
+                for d in stream.daemons:
+                    if d.proc is not None:
+                        peak[d.name] = max(peak.get(d.name, 0), _rss_bytes(d.proc.pid))
+            return all(_size(stream.replica(n)) >= total for n in NODES)
+
+        wait_until(done, 600, "catch-up", interval_s=0.01)
+        elapsed = time.perf_counter() - start
+        client_start = _rss_bytes(client.proc.pid) if client.proc else 0
+        growth = {name: peak[name] - start_rss.get(name, client_start) for name in peak}
+        return elapsed, growth
+    finally:
+        stream.stop()
+
+
+def latency(work: Path, rate: int, seconds: float) -> list[float]:
+    """Publish-to-replica latencies (ms) at ``rate`` msg/s, read on node rt-2 by a follower."""
+    stream = _Stream(work)
+    samples: list[float] = []
+    try:
+        stream.start_client()
+        replica = stream.replica("rt-2")
+        with Publisher(stream.root, "trades", "pub-1", fsync="never") as pub:
+            pub.publish(b"warm-up")
+            wait_until(lambda: _size(replica) > 0, 30, "the first message on rt-2")
+            count = int(rate * seconds)
+            stop = threading.Event()
+            reader = threading.Thread(target=_follow, args=(replica, count + 1, samples, stop), daemon=True)
+            reader.start()
+            start = time.monotonic()
+            for i in range(count):
+                if (delay := start + i / rate - time.monotonic()) > 0:
+                    time.sleep(delay)  # pacing the publish rate
+                pub.publish(_PAYLOAD)
+            reader.join(timeout=30)
+            stop.set()
+    finally:
+        stream.stop()
+    return samples
+
+
+def _follow(directory: Path, count: int, samples: list[float], stop: threading.Event) -> None:
+    seen = 0
+    for message in Subscriber(directory).read(follow=True):
+        now = time.time_ns()
+        if seen:  # the warm-up message waited for the connection
+            samples.append((now - message.timestamp_ns) / 1e6)
+        seen += 1
+        if seen >= count or stop.is_set():
+            return
+
+
+def run_replicate_bench(
+    workdir: Path, runs: int, backlog_bytes: int, memory_bytes: int, progress: Callable[[str], None]
+) -> list[Result]:
+    throughput = Result("push throughput, 1 publisher dir to 3 nodes, aggregate", "MB/s", ">= 300")
+    catchup = Result(f"catch-up of a {backlog_bytes / 2**30:.2g} GiB backlog per node", "s", "<= 5 (1 GiB)")
+    p50 = Result("publish-to-replica latency p50 at 5,000 msg/s", "ms", "-")
+    p99 = Result("publish-to-replica latency p99 at 5,000 msg/s", "ms", "<= 2")
+    for run in range(1, runs + 1):
+        progress(f"run {run}/{runs}: catch-up")
+        work = Path(tempfile.mkdtemp(dir=workdir))
+        try:
+            seconds, _ = catch_up(work / "c", backlog_bytes)
+            catchup.values.append(seconds)
+            throughput.values.append(3 * backlog_bytes / seconds / 1e6)
+            progress(f"run {run}/{runs}: latency")
+            lat = sorted(latency(work / "l", 5000, 10))
+            p50.values.append(statistics.median(lat))
+            p99.values.append(lat[int(0.99 * (len(lat) - 1))])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    results = [throughput, catchup, p50, p99]
+    if memory_bytes:
+        progress(f"memory: moving {memory_bytes / 1e9:.1f} GB to 3 nodes")
+        work = Path(tempfile.mkdtemp(dir=workdir))
+        try:
+            _, growth = catch_up(work / "m", memory_bytes, sample_memory=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        gb = f"{memory_bytes / 1e9:.1f} GB"
+        for name, grew in sorted(growth.items()):
+            results.append(Result(f"{name} RSS growth moving {gb}", "MB", "flat", [grew / 1e6]))
+    return results

@@ -17,6 +17,7 @@ from rt_appliance.cli.certs_cmds import certs
 from rt_appliance.cli.demo_cmd import demo
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
+from rt_appliance.cli.pull_cmds import pull_client, pull_server
 from rt_appliance.cli.push_cmds import push_client, push_server
 from rt_appliance.cli.replication_cmds import replication
 from rt_appliance.errors import RTError, UsageError
@@ -54,6 +55,8 @@ cli.add_command(push_server)
 cli.add_command(push_client)
 cli.add_command(replication)
 cli.add_command(certs)
+cli.add_command(pull_server)
+cli.add_command(pull_client)
 
 
 def main() -> None:

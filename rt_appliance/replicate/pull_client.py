@@ -1,0 +1,238 @@
+"""The pull client (``rt pull-client``): a subscriber host's copy of the merged log.
+
+The copy lives in ``<data_dir>/sub/<stream>`` and is always a byte-identical
+prefix of every node's merged log: it is appended to only through
+:class:`ReplicaDir`, which takes a chunk only where the copy ends. The client
+connects to one node at a time, asks for METADATA (the topology) and sends
+``PULL {position: where the copy ends}``; the node streams DATA from there. On
+any failure it waits (capped, jittered backoff) and tries the next node with the
+same position: merged logs are identical, so nothing is lost or repeated.
+
+PRUNE ``{before}`` says the node deleted the files before that position; the
+client deletes its own copies of them (never the file it appends to) unless the
+subscriber host has ``keep_pruned: true``. If every node answers that the copy's
+end was pruned, the copy cannot continue without a gap: the client stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from functools import partial
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.errors import (
+    CorruptLogError,
+    FrameError,
+    LogError,
+    PeerRejectedError,
+    PositionPrunedError,
+    RTError,
+    TransportError,
+)
+from rt_appliance.log.segments import fsync_dir, list_files
+from rt_appliance.position import Position
+from rt_appliance.replicate.backoff import Backoff
+from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
+from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, connect
+from rt_appliance.replicate.sink import ReplicaDir
+from rt_appliance.replicate.topology import (
+    Endpoint,
+    candidate_order,
+    endpoints,
+    finish_in_thread,
+    parse_topology,
+    replica_dir,
+    set_keepalive,
+)
+from rt_appliance.transport.tls import client_context
+
+__all__ = ["ClientMetrics", "PullClient"]
+
+log = logging.getLogger(__name__)
+
+
+class ClientMetrics:
+    """The pull client's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.received_bytes = Counter("rt_pull_client_received_bytes", "Bytes copied", registry=r)
+        self.reconnects = Counter("rt_pull_client_reconnects", "Failed connections", registry=r)
+        self.rejected = Counter(
+            "rt_pull_client_rejected", "Connections a node refused (identity, role)", registry=r
+        )
+        self.pruned_files = Counter("rt_pull_client_pruned_files", "Files deleted", registry=r)
+        self.connected = Gauge(
+            "rt_pull_client_connected", "1 while pulling, per node", ["node"], registry=r
+        )
+
+
+class _Skip(Exception):
+    """The node answered but is not the kind the subscriber prefers: try the next one."""
+
+
+class PullClient:
+    """Keeps ``replica_dir(config, subscriber)`` up to date until cancelled."""
+
+    def __init__(self, config: StreamConfig, subscriber: str, metrics: ClientMetrics) -> None:
+        self.config = config
+        self.host = config.subscriber(subscriber)
+        self.metrics = metrics
+        self._context = client_context(config.tls, subscriber)
+        self._fsync = config.replication.fsync != "never"
+        self.directory = replica_dir(config, self.host)
+        self.replica = ReplicaDir(self.directory, fsync=self._fsync)
+        if self.replica.recovery is not None:
+            log.warning("%s: recovered the copy: %s", self.directory, self.replica.recovery)
+        self._order = candidate_order(endpoints(config), self.host.name, None, self.host.prefer)
+        self._index = 0
+        self._pruned_answers = 0  # nodes in a row that said our position was pruned
+        self._failures = 0  # failed connections since the last PULL
+
+    async def run(self) -> None:
+        """Pull until cancelled; reconnects and fails over by itself."""
+        log.info("%s keeps %s from position %s", self.host.name, self.directory, self.replica.end)
+        backoff = Backoff(
+            self.config.replication.reconnect_initial_ms / 1000,
+            self.config.replication.reconnect_max_ms / 1000,
+        )
+        try:
+            while True:
+                target = self._order[self._index % len(self._order)]
+                try:
+                    await self._pull_from(target, backoff)
+                except _Skip:
+                    self._index += 1
+                except (RTError, TimeoutError) as exc:
+                    self._failed(target, exc)
+                    delay = backoff.next_delay()
+                    nxt = self._order[self._index % len(self._order)]
+                    log.warning(
+                        "%s: pull from %s failed (%s); trying %s in %.2fs",
+                        self.host.name, target.name, exc, nxt.name, delay,
+                    )  # fmt: skip
+                    await asyncio.sleep(delay)
+        finally:
+            self.replica.close()
+            log.info("%s stopped; the copy ends at %s", self.host.name, self.replica.end)
+
+    def _failed(self, target: Endpoint, exc: BaseException) -> None:
+        self.metrics.reconnects.inc()
+        self._index += 1
+        self._failures += 1
+        if isinstance(exc, PeerRejectedError):
+            self.metrics.rejected.inc()
+        if not isinstance(exc, PositionPrunedError):
+            self._pruned_answers = 0
+            return
+        self._pruned_answers += 1
+        if self._pruned_answers >= len(self._order):
+            raise PositionPrunedError(
+                f"{exc}; every node has pruned it, so {self.directory} cannot continue without "
+                "a gap: move it away to start a new copy from the oldest available position"
+            ) from exc
+
+    async def _pull_from(self, target: Endpoint, backoff: Backoff) -> None:
+        conn, node = await connect(
+            target.host, target.port, self._context, self.config, self.host.name, "pull",
+            target.name,
+        )  # fmt: skip
+        try:
+            set_keepalive(conn.writer)
+            await conn.send(FrameType.METADATA, {})
+            fields = await asyncio.wait_for(
+                conn.receive_control(FrameType.TOPOLOGY), HANDSHAKE_TIMEOUT_S
+            )
+            self._follow_topology(*parse_topology(fields, self.config), node)
+            backoff.reset()
+            self._failures = 0
+            position = self.replica.end
+            await conn.send(FrameType.PULL, {"position": int(position)})
+            log.info(
+                "%s: pulling from %s (%s:%d) at position %s (%r)",
+                self.host.name, node, target.host, target.port, position.format(), position,
+            )  # fmt: skip
+            self.metrics.connected.labels(node).set(1)
+            while True:
+                await self._on_frame(conn, *await conn.receive())
+        finally:
+            self.metrics.connected.labels(node).set(0)
+            await conn.close()
+
+    def _follow_topology(self, nodes: list[Endpoint], leader: str | None, node: str) -> None:
+        """Take the node list and leader the topology names; skip ``node`` if it is not the
+        preferred kind, unless every node of the other kind just failed."""
+        order = candidate_order(nodes, self.host.name, leader, self.host.prefer)
+        if order != self._order:
+            log.info(
+                "%s: nodes in order of preference: %s", self.host.name, [e.name for e in order]
+            )
+            self._order = order
+        names = [e.name for e in order]
+        self._index = names.index(node) if node in names else self._index
+        preferred = (node == leader) == (self.host.prefer == "leader")
+        others_failed = self._failures >= (1 if self.host.prefer == "leader" else len(order) - 1)
+        if leader is not None and self.host.prefer != "any" and not preferred and not others_failed:
+            raise _Skip(node)
+
+    async def _on_frame(self, conn: Connection, frame_type: int, body: bytes) -> None:
+        if frame_type == FrameType.DATA:
+            data = decode_data(body)
+            if data.dir != self.config.stream:
+                raise FrameError(f"{conn.peer} sent DATA for {data.dir!r}")
+            await finish_in_thread(partial(self._append, data.position, data.payload))
+            self.metrics.received_bytes.inc(len(data.payload))
+            self._pruned_answers = 0
+            return
+        fields = decode_control(frame_type, body)
+        if frame_type == FrameType.PRUNE:
+            before = Position.parse(require(fields, "before", int))
+            await finish_in_thread(partial(self._prune, before, conn.peer))
+        elif frame_type == FrameType.ERROR:
+            message = f"{conn.peer}: {fields.get('message', '?')}"
+            if "oldest" in fields:
+                raise PositionPrunedError(message)
+            raise TransportError(message) if fields.get("retryable") else PeerRejectedError(message)
+        elif frame_type != FrameType.TOPOLOGY:
+            raise FrameError(f"{conn.peer} sent frame type {frame_type} while streaming")
+
+    def _append(self, position: Position, payload: memoryview) -> None:
+        """Append a chunk; after a failed write, reopen the copy so its end is what is on disk."""
+        try:
+            self.replica.append(position, payload)
+        except CorruptLogError:
+            raise  # refused before anything was written
+        except (LogError, OSError) as exc:
+            self.replica.close()
+            self.replica = ReplicaDir(self.directory, fsync=self._fsync)
+            if isinstance(exc, OSError):
+                raise LogError(f"{self.directory}: cannot append: {exc.strerror}") from exc
+            raise
+
+    def _prune(self, before: Position, node: str) -> None:
+        """Delete the copy's files older than ``before`` (never the one being appended to)."""
+        end = self.replica.end
+        doomed = [
+            f for f in list_files(self.directory) if f.key < min(before.file_key, end.file_key)
+        ]
+        if not doomed:
+            return
+        if self.host.keep_pruned:
+            log.info(
+                "%s: %s pruned before %s; keeping %d files (keep_pruned)",
+                self.host.name,
+                node,
+                before,
+                len(doomed),
+            )
+            return
+        for f in doomed:
+            with contextlib.suppress(FileNotFoundError):
+                f.path.unlink()
+            log.info("%s: deleted %s (pruned on %s)", self.host.name, f.path, node)
+        fsync_dir(self.directory)
+        self.metrics.pruned_files.inc(len(doomed))

@@ -1,0 +1,243 @@
+"""The pull server (``rt pull-server``): a node's merged log, streamed to subscriber hosts.
+
+Per connection, after TLS and the HELLO/WELCOME identity check (subscriber hosts
+and nodes may pull)::
+
+    -> METADATA {}          <- TOPOLOGY {stream, nodes, leader}    (any number of times)
+    -> PULL {position}      <- PRUNE {before}   (the oldest file here; again when it changes)
+                            <- DATA ...         (whole records from position on, then new ones)
+
+No state is kept per client and nothing is acknowledged: the client says where its
+copy ends, the server streams from there and follows new data (one inotify watch
+wakes every connection). A pruned position gets ``ERROR {message, retryable, oldest}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from asyncio import StreamReader as Reader
+from asyncio import StreamWriter as Writer
+from functools import partial
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rt_appliance.config.model import HostRole, StreamConfig
+from rt_appliance.errors import (
+    CorruptLogError,
+    FrameError,
+    InvalidPositionError,
+    PositionPrunedError,
+    RTError,
+    TransportError,
+)
+from rt_appliance.limits import FOLLOW_POLL_S
+from rt_appliance.position import Position
+from rt_appliance.replicate.messages import FrameType, decode_control, require
+from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept
+from rt_appliance.replicate.topology import (
+    DirectoryChanges,
+    ServedStream,
+    finish_in_thread,
+    listen_before_tls,
+    oldest_position,
+    pull_source_dir,
+    set_keepalive,
+)
+from rt_appliance.replicate.topology import topology as topology_fields
+from rt_appliance.transport.tls import server_context
+
+__all__ = ["PullServer", "ServerMetrics"]
+
+log = logging.getLogger(__name__)
+
+_ROLES = {HostRole.SUBSCRIBER, HostRole.NODE}
+SHUTDOWN_GRACE_S = 2.0
+LAG_UPDATE_S = 1.0
+FRAME_MARGIN_BYTES = 16 << 10  # DATA head, and a range record put in front of a chunk
+
+
+class ServerMetrics:
+    """The pull server's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.sent_bytes = Counter("rt_pull_server_sent_bytes", "Bytes sent", registry=r)
+        self.sent_records = Counter("rt_pull_server_sent_records", "Records sent", registry=r)
+        self.connections = Gauge("rt_pull_server_connections", "Clients connected", registry=r)
+        self.accepted = Counter("rt_pull_server_accepted", "Handshakes passed", registry=r)
+        self.rejected = Counter("rt_pull_server_rejected", "Connections refused", registry=r)
+        self.prunes = Counter("rt_pull_server_prunes_sent", "PRUNE frames sent", registry=r)
+        self.lag = Gauge("rt_pull_server_lag_bytes", "Bytes unsent", ["peer"], registry=r)
+
+
+class PullServer:
+    """Serves ``pull_source_dir(config, node)`` on ``node.host:ports.pull`` until stopped."""
+
+    def __init__(self, config: StreamConfig, node_name: str, metrics: ServerMetrics) -> None:
+        self.config = config
+        self.node = config.node(node_name)
+        self.name = node_name
+        self.directory = pull_source_dir(config, self.node)
+        self.metrics = metrics
+        self._context: ssl.SSLContext = server_context(config.tls, node_name)
+        self._chunk_bytes = config.replication.max_frame_bytes - FRAME_MARGIN_BYTES
+        self._server: asyncio.Server | None = None
+        self._changes: DirectoryChanges | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Watch the directory (made if missing: the merger may not have started) and listen."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._changes = DirectoryChanges(self.directory)
+        host, port = self.node.host, self.config.ports.pull
+        try:
+            self._server = await listen_before_tls(host, port, self._handle)
+        except TransportError:
+            await self._changes.close()
+            raise
+        log.info("%s serves %s on %s:%d", self.name, self.directory, host, port)
+
+    async def stop(self) -> None:
+        """Stop listening, end every connection, stop watching."""
+        if self._server is not None:
+            self._server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+        if self._changes is not None:
+            await self._changes.close()
+        log.info("%s stopped serving %s", self.name, self.directory)
+
+    async def _handle(self, reader: Reader, writer: Writer) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            # Ending normally when stop() cancels keeps asyncio's stream callback quiet.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connection(reader, writer)
+        finally:
+            self._tasks.discard(task)
+
+    async def _connection(self, reader: Reader, writer: Writer) -> None:
+        address = ":".join(str(part) for part in writer.get_extra_info("peername")[:2])
+        try:
+            # TLS here rather than in the listener, so that refusals are counted and logged.
+            await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
+            conn, _hello = await accept(reader, writer, self.config, self.name, _ROLES)
+        except (ssl.SSLError, OSError, TimeoutError, RTError) as exc:
+            self.metrics.rejected.inc()
+            log.warning("%s refused a pull connection from %s: %s", self.name, address, exc)
+            writer.close()
+            return
+        set_keepalive(writer)
+        self.metrics.accepted.inc()
+        self.metrics.connections.inc()
+        log.info("%s: %s connected from %s", self.name, conn.peer, address)
+        try:
+            await self._converse(conn)
+        except (RTError, TimeoutError) as exc:
+            log.info("%s: %s (%s) disconnected: %s", self.name, conn.peer, address, exc)
+        finally:
+            self.metrics.connections.dec()
+            await conn.close()
+
+    async def _converse(self, conn: Connection) -> None:
+        """Answer METADATA until the client sends PULL, then stream."""
+        while True:
+            frame_type, body = await conn.receive()
+            if frame_type == FrameType.METADATA:
+                decode_control(frame_type, body)
+                await conn.send(FrameType.TOPOLOGY, topology_fields(self.config, leader=None))
+            elif frame_type == FrameType.PULL:
+                fields = decode_control(frame_type, body)
+                await self._pull(conn, Position.parse(require(fields, "position", int)))
+                return
+            else:
+                await conn.error(f"unexpected frame type {frame_type}", retryable=False)
+                raise FrameError(f"{conn.peer} sent frame type {frame_type} before PULL")
+
+    async def _pull(self, conn: Connection, position: Position) -> None:
+        """Stream from ``position`` until the client leaves (or the server stops)."""
+        try:
+            stream = await finish_in_thread(
+                partial(ServedStream, self.directory, position, self._chunk_bytes)
+            )
+        except PositionPrunedError as exc:
+            await self._refuse_pruned(conn, position, exc)
+            return
+        except InvalidPositionError as exc:
+            log.warning("%s: %s asked for %s: %s", self.name, conn.peer, position.format(), exc)
+            await conn.error(str(exc), retryable=False)
+            return
+        where = f"{self.directory} from position {position} ({position!r})"
+        log.info("%s: %s pulls %s", self.name, conn.peer, where)
+        sender = asyncio.create_task(self._send(conn, stream))
+        listener = asyncio.create_task(conn.receive())  # from here on a client only closes
+        try:
+            done, _ = await asyncio.wait({sender, listener}, return_when=asyncio.FIRST_COMPLETED)
+            if sender in done:
+                sender.result()
+            elif listener.exception() is not None:
+                raise TransportError(f"{conn.peer} left: {listener.exception()}")
+            else:
+                raise FrameError(f"{conn.peer} sent a frame while pulling")
+        finally:
+            for task in (sender, listener):
+                task.cancel()
+            await asyncio.gather(sender, listener, return_exceptions=True)
+            await finish_in_thread(stream.source.close)
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(conn.peer)
+            log.info("%s: %s stopped at position %s", self.name, conn.peer, stream.sent.format())
+
+    async def _send(self, conn: Connection, stream: ServedStream) -> None:
+        assert self._changes is not None
+        oldest: Position | None = None
+        lag_at = 0.0
+        try:
+            while True:
+                seen = self._changes.generation
+                oldest = await self._announce_prune(conn, oldest)
+                chunk = await finish_in_thread(stream.read)
+                if chunk is None:
+                    self.metrics.lag.labels(conn.peer).set(0)
+                    await self._changes.wait(seen, FOLLOW_POLL_S)
+                    continue
+                position, data, records = chunk
+                await conn.send_data(self.config.stream, position, data)
+                self.metrics.sent_bytes.inc(len(data))
+                self.metrics.sent_records.inc(records)
+                if time.monotonic() - lag_at >= LAG_UPDATE_S:
+                    lag_at = time.monotonic()
+                    lag = await finish_in_thread(stream.lag_bytes)
+                    self.metrics.lag.labels(conn.peer).set(lag)
+        except PositionPrunedError as exc:
+            await self._refuse_pruned(conn, stream.sent, exc)
+        except CorruptLogError as exc:
+            log.error("%s: cannot serve %s: %s", self.name, conn.peer, exc)
+            await conn.error(f"{self.name} cannot serve: {exc}", retryable=True)
+
+    async def _announce_prune(self, conn: Connection, told: Position | None) -> Position | None:
+        """PRUNE {before: the oldest file's start} when it differs from what ``conn`` was told."""
+        oldest = oldest_position(self.directory)
+        if oldest is not None and oldest != told:
+            await conn.send(FrameType.PRUNE, {"before": int(oldest)})
+            self.metrics.prunes.inc()
+            log.info("%s: told %s that the oldest file starts at %s", self.name, conn.peer, oldest)
+            return oldest
+        return told
+
+    async def _refuse_pruned(self, conn: Connection, position: Position, exc: RTError) -> None:
+        oldest = oldest_position(self.directory) or Position.ZERO
+        message = f"position {position} was pruned on {self.name}; the oldest available is {oldest}"
+        log.warning("%s: %s: %s (%s)", self.name, conn.peer, message, exc)
+        fields = {"message": message, "retryable": False, "oldest": int(oldest)}
+        with contextlib.suppress(RTError):
+            await conn.send(FrameType.ERROR, fields)

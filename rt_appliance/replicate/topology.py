@@ -1,0 +1,250 @@
+"""Pull replication's shared pieces: what a node serves and how it follows it, where
+clients find nodes and in which order they try them, and small connection helpers.
+
+Every node's merged log is byte-identical, so a pull client may read from any of
+them. It prefers a follower (the leader is busy sequencing) and spreads subscriber
+hosts over the nodes: the node list rotated by a stable hash of the host's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from rt_appliance.config.model import NodeConfig, StreamConfig, SubscriberHost
+from rt_appliance.errors import CorruptLogError, FrameError, PositionPrunedError, TransportError
+from rt_appliance.limits import FOLLOW_POLL_S
+from rt_appliance.log.segments import bytes_after, list_files, stream_file
+from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.position import Position
+from rt_appliance.replicate.messages import require
+from rt_appliance.replicate.source import DirectorySource
+
+__all__ = [
+    "DirectoryChanges",
+    "Endpoint",
+    "ServedStream",
+    "candidate_order",
+    "endpoints",
+    "finish_in_thread",
+    "listen_before_tls",
+    "oldest_position",
+    "parse_topology",
+    "pull_source_dir",
+    "replica_dir",
+    "set_keepalive",
+    "topology",
+]
+
+T = TypeVar("T")
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+# Detect a peer that vanished without a FIN (power loss, partition) on an idle stream.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
+MAX_GAP_BYTES = 8 << 10  # a merged-log range record (header, topic, host) is far smaller
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A pull server as clients reach it: node name and advertised address."""
+
+    name: str
+    host: str
+    port: int
+
+
+def endpoints(config: StreamConfig) -> list[Endpoint]:
+    """Every node's pull server, at its advertised host and port, in configuration order."""
+    return [
+        Endpoint(n.name, n.advertised_host or n.host, n.advertised_pull_port or config.ports.pull)
+        for n in config.nodes
+    ]
+
+
+def topology(config: StreamConfig, leader: str | None) -> dict[str, Any]:
+    """The TOPOLOGY answer to METADATA (``leader`` is None until a sequencer names one)."""
+    return {
+        "stream": config.stream,
+        "nodes": [{"name": e.name, "host": e.host, "port": e.port} for e in endpoints(config)],
+        "leader": leader,
+    }
+
+
+def parse_topology(
+    fields: dict[str, Any], config: StreamConfig
+) -> tuple[list[Endpoint], str | None]:
+    """The endpoints and leader of a TOPOLOGY frame; its stream must be ours."""
+    if fields.get("stream") != config.stream:
+        raise FrameError(f"TOPOLOGY for stream {fields.get('stream')!r}, not {config.stream!r}")
+    found = []
+    for node in require(fields, "nodes", list):
+        if not isinstance(node, dict):
+            raise FrameError(f"TOPOLOGY node is not an object: {node!r}")
+        name, host = require(node, "name", str), require(node, "host", str)
+        found.append(Endpoint(name, host, require(node, "port", int)))
+    if not found:
+        raise FrameError("TOPOLOGY names no nodes")
+    leader = fields.get("leader")
+    if leader is not None and not isinstance(leader, str):
+        raise FrameError(f"TOPOLOGY leader is not a name: {leader!r}")
+    return found, leader
+
+
+def candidate_order(
+    nodes: list[Endpoint],
+    subscriber: str,
+    leader: str | None,
+    prefer: Literal["follower", "leader", "any"],
+) -> list[Endpoint]:
+    """The order in which ``subscriber`` tries ``nodes``: rotated by a stable hash of its
+    name, then the leader moved last (prefer follower) or first (prefer leader)."""
+    ordered = sorted(nodes, key=lambda e: e.name)
+    if not ordered:
+        return []
+    start = zlib.crc32(subscriber.encode()) % len(ordered)
+    ordered = ordered[start:] + ordered[:start]
+    if leader is None or prefer == "any":
+        return ordered
+    chosen = [e for e in ordered if e.name == leader]
+    others = [e for e in ordered if e.name != leader]
+    return others + chosen if prefer == "follower" else chosen + others
+
+
+def pull_source_dir(config: StreamConfig, node: NodeConfig) -> Path:
+    """The directory a node's pull server serves: ``replication.pull_source`` or ``merged/``."""
+    if config.replication.pull_source is not None:
+        return Path(config.replication.pull_source.replace("{name}", node.name))
+    return config.data_dir_of(node) / "merged"
+
+
+def replica_dir(config: StreamConfig, subscriber: SubscriberHost) -> Path:
+    """Where a subscriber host keeps its copy of the merged log."""
+    return config.data_dir_of(subscriber) / "sub" / config.stream
+
+
+class ServedStream:
+    """What one client is sent, from its position on: DirectorySource's chunks, with the
+    merged log's range records between blocks filled in (DirectorySource skips them)."""
+
+    def __init__(self, directory: Path, position: Position, max_bytes: int) -> None:
+        self.directory = directory
+        self.source = DirectorySource(directory, position, max_bytes)
+        self.sent = position  # where the client's copy ends once it has what was sent
+
+    def read(self) -> tuple[Position, bytes, int] | None:
+        chunk = self.source.read()
+        if chunk is None:
+            return None
+        at, data = chunk.position, chunk.data
+        if at.offset and at.file_key == self.sent.file_key and at > self.sent:
+            gap = at.offset - self.sent.offset
+            if gap > MAX_GAP_BYTES:
+                raise CorruptLogError(str(self.directory), self.sent.offset, f"{gap} bytes unread")
+            path = stream_file(self.directory, at.session, at.roll).path
+            try:
+                with open(path, "rb") as f:
+                    data = os.pread(f.fileno(), gap, self.sent.offset) + data
+            except FileNotFoundError:
+                raise PositionPrunedError(f"{path} was pruned while reading") from None
+            at = self.sent
+        self.sent = chunk.next_position
+        return at, data, chunk.records
+
+    def lag_bytes(self) -> int:
+        """Bytes in the directory after :attr:`sent`."""
+        return bytes_after(self.directory, self.sent.session, self.sent.roll, self.sent.offset)
+
+
+class DirectoryChanges:
+    """One inotify watch on the served directory; every waiting connection wakes on a change."""
+
+    def __init__(self, directory: Path) -> None:
+        self.generation = 0
+        self._event = asyncio.Event()
+        self._watcher = DirectoryWatcher(directory)
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            if await finish_in_thread(partial(self._watcher.wait, FOLLOW_POLL_S)):
+                self.generation += 1
+                self._event.set()
+                self._event = asyncio.Event()
+
+    async def wait(self, seen: int, timeout_s: float) -> None:
+        """Until the generation moves past ``seen`` (read before reading) or ``timeout_s``."""
+        if self.generation == seen:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._event.wait(), timeout_s)
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._watcher.close()
+
+
+def oldest_position(directory: Path) -> Position | None:
+    """The start of the oldest stream file in ``directory``, None if it has none."""
+    files = list_files(directory)
+    return Position.of(files[0].session, files[0].roll, 0) if files else None
+
+
+class _PausedUntilTls(asyncio.StreamReaderProtocol):
+    """A stream that reads nothing until the handler starts TLS: a ClientHello read into
+    the plain stream's buffer would never reach the TLS layer, and the handshake hang."""
+
+    def __init__(self, handler: Handler) -> None:
+        super().__init__(asyncio.StreamReader(), handler)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if isinstance(transport, asyncio.ReadTransport):
+            transport.pause_reading()
+
+
+async def listen_before_tls(host: str, port: int, handler: Handler) -> asyncio.Server:
+    """Listen on ``host:port`` without TLS; each connection runs ``handler``, which starts
+    TLS itself (``writer.start_tls``) and so can log and count the handshakes that fail."""
+    loop = asyncio.get_running_loop()
+    try:
+        return await loop.create_server(
+            partial(_PausedUntilTls, handler), host, port, reuse_address=True
+        )
+    except OSError as exc:
+        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+
+
+def set_keepalive(writer: asyncio.StreamWriter) -> None:
+    """Turn on TCP keepalive, so a silent stream to a vanished peer fails within ~25 s."""
+    sock = writer.get_extra_info("socket")
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no socket
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+
+
+async def finish_in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a worker thread. If the caller is cancelled meanwhile, wait for the
+    call to finish before re-raising, so nothing is closed under a running read or write."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is gone, its cancellation wins
+        raise

@@ -77,9 +77,13 @@ class ReplicaDir:
             self._create(position, data[:header_bytes])
         size = self.end.offset
         write_all(self._fd, memoryview(data)[header_bytes:], self._path, size)
-        self.end = Position(self.end + len(data) - header_bytes)
         if self.fsync if sync is None else sync:
-            os.fdatasync(self._fd)
+            try:
+                os.fdatasync(self._fd)
+            except OSError as exc:  # the bytes may not be durable: cut them, the sender resends
+                os.ftruncate(self._fd, size)
+                raise LogError(f"{self._path}: sync failed: {exc.strerror}") from exc
+        self.end = Position(self.end + len(data) - header_bytes)
         return self.end
 
     def sync_handle(self) -> tuple[int, Position]:

@@ -47,13 +47,19 @@ class DirectorySource:
 
     def read(self) -> Chunk | None:
         """The next chunk, or None when every valid record has been handed out."""
+        before_file, before = self._cursor.file, self._cursor.position
         block = self._cursor.next_block(MAX_BATCH_MESSAGES, decode=False)
         if block is None:
             return None
         reader, current = self._cursor.reader, self._cursor.file
         assert reader is not None and current is not None
         offsets = block.records.offsets
-        start = 0 if self._header_sent_for != current else offsets[0]
+        if self._header_sent_for != current:
+            start = 0
+        elif current == before_file:  # from where the last chunk ended: range records included
+            start = before.offset
+        else:
+            start = offsets[0]
         stop = block.records.stop_offset
         if stop - start > self.max_bytes:  # keep whole records within the frame limit
             cut = next(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import zlib
 from collections.abc import Awaitable, Callable
@@ -20,9 +19,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from rt_appliance.config.model import NodeConfig, StreamConfig, SubscriberHost
-from rt_appliance.errors import CorruptLogError, FrameError, PositionPrunedError, TransportError
+from rt_appliance.errors import FrameError, TransportError
 from rt_appliance.limits import FOLLOW_POLL_S
-from rt_appliance.log.segments import bytes_after, list_files, stream_file
+from rt_appliance.log.segments import bytes_after, list_files
 from rt_appliance.log.watch import DirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.messages import require
@@ -51,7 +50,6 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 KEEPALIVE_IDLE_S = 10
 KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_PROBES = 3
-MAX_GAP_BYTES = 8 << 10  # a merged-log range record (header, topic, host) is far smaller
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +131,7 @@ def replica_dir(config: StreamConfig, subscriber: SubscriberHost) -> Path:
 
 
 class ServedStream:
-    """What one client is sent, from its position on: DirectorySource's chunks, with the
-    merged log's range records between blocks filled in (DirectorySource skips them)."""
+    """What one client is sent, from its position on, and how far behind it is."""
 
     def __init__(self, directory: Path, position: Position, max_bytes: int) -> None:
         self.directory = directory
@@ -145,20 +142,8 @@ class ServedStream:
         chunk = self.source.read()
         if chunk is None:
             return None
-        at, data = chunk.position, chunk.data
-        if at.offset and at.file_key == self.sent.file_key and at > self.sent:
-            gap = at.offset - self.sent.offset
-            if gap > MAX_GAP_BYTES:
-                raise CorruptLogError(str(self.directory), self.sent.offset, f"{gap} bytes unread")
-            path = stream_file(self.directory, at.session, at.roll).path
-            try:
-                with open(path, "rb") as f:
-                    data = os.pread(f.fileno(), gap, self.sent.offset) + data
-            except FileNotFoundError:
-                raise PositionPrunedError(f"{path} was pruned while reading") from None
-            at = self.sent
         self.sent = chunk.next_position
-        return at, data, chunk.records
+        return chunk.position, chunk.data, chunk.records
 
     def lag_bytes(self) -> int:
         """Bytes in the directory after :attr:`sent`."""

@@ -30,7 +30,9 @@ class _Stream:
     """A 3-node stream with push servers running, and a push client to start."""
 
     def __init__(self, work: Path, **replication: object) -> None:
-        self.path = write_local_config(work, extra={"replication": {"delete_acked": False, **replication}})
+        self.path = write_local_config(
+            work, extra={"replication": {"delete_acked": False, **replication}}
+        )
         self.config = load_config(self.path)
         self.work = work
         self.root = self.config.data_dir_of(self.config.publisher("pub-1")) / "pub"
@@ -71,7 +73,9 @@ def _rss_bytes(pid: int) -> int:
     return 0
 
 
-def catch_up(work: Path, backlog_bytes: int, sample_memory: bool = False) -> tuple[float, dict[str, int]]:
+def catch_up(
+    work: Path, backlog_bytes: int, sample_memory: bool = False
+) -> tuple[float, dict[str, int]]:
     """Seconds for 3 nodes to receive a ``backlog_bytes`` backlog; peak RSS growth per daemon."""
     stream = _Stream(work)
     try:
@@ -113,7 +117,9 @@ def latency(work: Path, rate: int, seconds: float) -> list[float]:
             wait_until(lambda: _size(replica) > 0, 30, "the first message on rt-2")
             count = int(rate * seconds)
             stop = threading.Event()
-            reader = threading.Thread(target=_follow, args=(replica, count + 1, samples, stop), daemon=True)
+            reader = threading.Thread(
+                target=_follow, args=(replica, count + 1, samples, stop), daemon=True
+            )
             reader.start()
             start = time.monotonic()
             for i in range(count):
@@ -128,12 +134,10 @@ def latency(work: Path, rate: int, seconds: float) -> list[float]:
 
 
 def _follow(directory: Path, count: int, samples: list[float], stop: threading.Event) -> None:
-    seen = 0
-    for message in Subscriber(directory).read(follow=True):
+    for seen, message in enumerate(Subscriber(directory).read(follow=True), start=1):
         now = time.time_ns()
-        if seen:  # the warm-up message waited for the connection
+        if seen > 1:  # the warm-up message waited for the connection
             samples.append((now - message.timestamp_ns) / 1e6)
-        seen += 1
         if seen >= count or stop.is_set():
             return
 
@@ -142,7 +146,9 @@ def run_replicate_bench(
     workdir: Path, runs: int, backlog_bytes: int, memory_bytes: int, progress: Callable[[str], None]
 ) -> list[Result]:
     throughput = Result("push throughput, 1 publisher dir to 3 nodes, aggregate", "MB/s", ">= 300")
-    catchup = Result(f"catch-up of a {backlog_bytes / 2**30:.2g} GiB backlog per node", "s", "<= 5 (1 GiB)")
+    catchup = Result(
+        f"catch-up of a {backlog_bytes / 2**30:.2g} GiB backlog per node", "s", "<= 5 (1 GiB)"
+    )
     p50 = Result("publish-to-replica latency p50 at 5,000 msg/s", "ms", "-")
     p99 = Result("publish-to-replica latency p99 at 5,000 msg/s", "ms", "<= 2")
     for run in range(1, runs + 1):

@@ -89,6 +89,45 @@ def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
     return rows
 
 
+def _pull_rows(config: StreamConfig) -> list[ConnectionStatus]:
+    """One row per subscriber: the node it pulls from (a client holds one connection)."""
+    servers = {n.name: scrape(n.host, config.ports.pull_server_metrics) for n in config.nodes}
+    rows = []
+    for sub in config.subscribers:
+        samples = scrape(sub.host, config.ports.pull_client_metrics)
+        if samples is None:
+            rows.append(
+                ConnectionStatus("pull", sub.name, "-", "merged", "unreachable", None, None)
+            )
+            continue
+        nodes = [
+            n.name for n in config.nodes if _value(samples, "rt_pull_client_connected", node=n.name)
+        ]
+        if not nodes:
+            rows.append(
+                ConnectionStatus("pull", sub.name, "-", "merged", "disconnected", None, None)
+            )
+        for node in nodes:
+            server = servers.get(node)
+            lag = (
+                None
+                if server is None
+                else _value(server, "rt_pull_server_lag_bytes", peer=sub.name)
+            )
+            rows.append(
+                ConnectionStatus(
+                    "pull",
+                    sub.name,
+                    node,
+                    "merged",
+                    "connected",
+                    None,
+                    None if lag is None else int(lag),
+                )
+            )
+    return rows
+
+
 def collect_status(config: StreamConfig) -> list[ConnectionStatus]:
     """The status of every replication connection the configuration describes."""
-    return _push_rows(config)
+    return _push_rows(config) + _pull_rows(config)

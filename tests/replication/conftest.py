@@ -29,16 +29,16 @@ class Stream:
             "--metrics-port",
             "0",
         ]
-        return self._start(Daemon(f"push-server-{node}", args, self.work / "logs"))
+        return self.start(Daemon(f"push-server-{node}", args, self.work / "logs"))
 
     def push_client(self, host: str = "pub-1", metrics_port: int | None = 0) -> Daemon:
         """``metrics_port`` None: the configuration's port."""
         args = ["push-client", "--config", str(self.config_path), "--host", host]
         if metrics_port is not None:
             args += ["--metrics-port", str(metrics_port)]
-        return self._start(Daemon(f"push-client-{host}", args, self.work / "logs"))
+        return self.start(Daemon(f"push-client-{host}", args, self.work / "logs"))
 
-    def _start(self, daemon: Daemon) -> Daemon:
+    def start(self, daemon: Daemon) -> Daemon:
         self.daemons.append(daemon)
         return daemon.start()
 

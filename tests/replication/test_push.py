@@ -14,7 +14,7 @@ import pytest
 
 from rt_appliance import Publisher
 from rt_appliance.testing.checkers import log_files, same_log_files
-from rt_appliance.testing.cluster import wait_until
+from rt_appliance.testing.cluster import Daemon, wait_until
 from rt_appliance.testing.faults import TcpRelay
 from tests.replication.conftest import Stream
 
@@ -137,7 +137,7 @@ def test_byte_flipped_in_flight_breaks_the_connection_not_the_replica(
 
 
 def test_replication_status_shows_state_and_lag(make_stream: Callable[..., Stream]) -> None:
-    stream = make_stream(replication={"delete_acked": False})
+    stream = make_stream(subscribers=[], replication={"delete_acked": False})
     servers = {node: stream.push_server(node) for node in NODES}
     publish(stream.pub_root(), 5)
     stream.push_client(metrics_port=None)
@@ -180,3 +180,53 @@ def test_replication_status_shows_state_and_lag(make_stream: Callable[..., Strea
     )
     _, rows = status()
     assert all(isinstance(r["acked_position"], int) and r["acked_position"] > 0 for r in rows[:2])
+
+
+def test_replication_status_shows_pull_connections(make_stream: Callable[..., Stream]) -> None:
+    stream = make_stream(nodes=1, publishers=[])
+    merged = stream.config.data_dir_of(stream.config.node("rt-1")) / "merged"
+    publish(merged.parent / "scratch", 3)
+    merged.mkdir(parents=True)
+    for f in (merged.parent / "scratch" / "trades.pub-1").glob("log.*"):
+        (merged / f.name).write_bytes(f.read_bytes())
+    cfg = str(stream.config_path)
+    stream.start(
+        Daemon(
+            "pull-server-rt-1",
+            ["pull-server", "--config", cfg, "--node", "rt-1"],
+            stream.work / "logs",
+        )
+    )
+    stream.start(
+        Daemon(
+            "pull-client-sub-1",
+            ["pull-client", "--config", cfg, "--host", "sub-1"],
+            stream.work / "logs",
+        )
+    )
+
+    def rows() -> list[tuple[object, ...]]:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rt_appliance.cli",
+                "replication",
+                "status",
+                "--config",
+                cfg,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return [
+            (r["kind"], r["client"], r["node"], r["state"], r["lag_bytes"]) for r in json.loads(out)
+        ]
+
+    wait_until(
+        lambda: rows() == [("pull", "sub-1", "rt-1", "connected", 0)],
+        30,
+        f"the pull connection in the status\n{stream.logs()}",
+    )

@@ -44,6 +44,12 @@ BUDGET_POLL_MIN_S = 0.005
 BUDGET_POLL_MAX_S = 0.25
 FOLLOW_POLL_S = 1.0
 
+# Replication: TCP keepalive finds a peer that vanished without a FIN (power loss,
+# partition) on an idle stream within about idle + interval * probes seconds.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_PROBES = 3
+
 invariant(OFFSET_BITS + ROLL_BITS + SESSION_BITS == 64, "position fields fill 64 bits")
 invariant(MAX_ROLL_BYTES <= MAX_FILE_BYTES + 1, "a rolled file's end offset fits in a position")
 invariant(MIN_ROLL_BYTES <= DEFAULT_ROLL_BYTES <= MAX_ROLL_BYTES, "default roll size in range")

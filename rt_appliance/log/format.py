@@ -193,8 +193,7 @@ def encode_batch(
         [pack(len(p), 0, 0, 0, timestamp_ns, 0) + p for p in payloads]
         if ids is None
         else [
-            pack(len(p), 0, 0, 0, timestamp_ns, i) + p
-            for p, i in zip(payloads, ids, strict=True)
+            pack(len(p), 0, 0, 0, timestamp_ns, i) + p for p, i in zip(payloads, ids, strict=True)
         ]
     )
     sizes = [len(b) + 4 for b in bodies]

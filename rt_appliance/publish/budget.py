@@ -130,7 +130,10 @@ class DiskBudget:
             self.drops.bytes += report.size_bytes
             log.warning(
                 "%s: dropped %s (%d records, %d bytes) to stay within max_bytes",
-                self.directory, old.path.name, report.records, report.size_bytes,
+                self.directory,
+                old.path.name,
+                report.records,
+                report.size_bytes,
             )
         fsync_dir(self.directory)
         if self.used + nbytes > self.max_bytes:

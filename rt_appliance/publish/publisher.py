@@ -117,7 +117,9 @@ class Publisher:
         self._syncer: threading.Thread | None = None
         if self.durability is Durability.INTERVAL:
             self._syncer = threading.Thread(
-                target=self._sync_loop, args=(fsync_interval_ms / 1000,), daemon=True,
+                target=self._sync_loop,
+                args=(fsync_interval_ms / 1000,),
+                daemon=True,
                 name=f"rt-publisher-sync-{topic}",
             )
             self._syncer.start()
@@ -297,6 +299,10 @@ def _enum(kind: type[_E], value: object, name: str) -> _E:
 def _log_recovery(report: TruncationReport) -> None:
     log.warning(
         "%s: previous writer left a torn tail at offset %d (%s): cut %d bytes, %d records%s",
-        report.path, report.offset, report.reason, report.lost_bytes, report.lost_records,
+        report.path,
+        report.offset,
+        report.reason,
+        report.lost_bytes,
+        report.lost_records,
         " (file removed)" if report.removed_file else "",
     )

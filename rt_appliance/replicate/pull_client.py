@@ -37,17 +37,21 @@ from rt_appliance.log.segments import fsync_dir, list_files
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
 from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, connect
+from rt_appliance.replicate.session import (
+    HANDSHAKE_TIMEOUT_S,
+    Connection,
+    connect,
+    finish_in_thread,
+)
 from rt_appliance.replicate.sink import ReplicaDir
 from rt_appliance.replicate.topology import (
     Endpoint,
     candidate_order,
     endpoints,
-    finish_in_thread,
     parse_topology,
     replica_dir,
-    set_keepalive,
 )
+from rt_appliance.transport.listen import set_keepalive
 from rt_appliance.transport.tls import client_context
 
 __all__ = ["ClientMetrics", "PullClient"]

@@ -37,17 +37,15 @@ from rt_appliance.errors import (
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.position import Position
 from rt_appliance.replicate.messages import FrameType, decode_control, require
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept
+from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, finish_in_thread
 from rt_appliance.replicate.topology import (
     DirectoryChanges,
     ServedStream,
-    finish_in_thread,
-    listen_before_tls,
     oldest_position,
     pull_source_dir,
-    set_keepalive,
 )
 from rt_appliance.replicate.topology import topology as topology_fields
+from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import server_context
 
 __all__ = ["PullServer", "ServerMetrics"]
@@ -57,7 +55,7 @@ log = logging.getLogger(__name__)
 _ROLES = {HostRole.SUBSCRIBER, HostRole.NODE}
 SHUTDOWN_GRACE_S = 2.0
 LAG_UPDATE_S = 1.0
-FRAME_MARGIN_BYTES = 16 << 10  # DATA head, and a range record put in front of a chunk
+FRAME_MARGIN_BYTES = 16 << 10  # DATA head and directory name within max_frame_bytes
 
 
 class ServerMetrics:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import ssl
 from pathlib import Path
 
 from rt_appliance.config.model import HostRole, StreamConfig
@@ -20,8 +21,9 @@ from rt_appliance.errors import PeerRejectedError, RTError
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
 from rt_appliance.replicate.push_metrics import PushMetrics
-from rt_appliance.replicate.session import Connection, accept, serve
+from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept
 from rt_appliance.replicate.sink import ReplicaDir
+from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import server_context
 
 __all__ = ["PushServer"]
@@ -46,7 +48,8 @@ class PushServer:
 
     async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
         context = server_context(self.config.tls, self.node.name)
-        server = await serve(self.node.host, self.config.ports.push, context, self._handle)
+        self._context = context
+        server = await listen_before_tls(self.node.host, self.config.ports.push, self._handle)
         self.metrics.serve(self.node.host, self._metrics_port)
         log.info(
             "push server %s listening on %s:%d, replicas in %s",
@@ -66,9 +69,19 @@ class PushServer:
                 replica.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = writer.get_extra_info("peername")
+        address = ":".join(str(part) for part in writer.get_extra_info("peername")[:2])
         conn: Connection | None = None
         try:
+            # TLS here rather than in the listener, so that refused handshakes are counted.
+            try:
+                await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
+            except (ssl.SSLError, OSError, TimeoutError) as exc:
+                self.metrics.rejected.labels(reason="tls").inc()
+                log.warning(
+                    "push connection from %s refused in the TLS handshake: %s", address, exc
+                )
+                return
+            set_keepalive(writer)
             conn, _ = await accept(
                 reader, writer, self.config, self.node.name, {HostRole.PUBLISHER}
             )

@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import FrameError, PeerRejectedError, RTError, TransportError
@@ -31,9 +31,10 @@ from rt_appliance.replicate.messages import (
 from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame
 from rt_appliance.transport.tls import peer_name
 
-__all__ = ["Connection", "accept", "connect", "serve"]
+__all__ = ["Connection", "accept", "connect", "finish_in_thread"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0
 HANDSHAKE_TIMEOUT_S = 10.0
@@ -88,19 +89,6 @@ class Connection:
         self.writer.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
             await asyncio.wait_for(self.writer.wait_closed(), 1.0)
-
-
-async def serve(
-    host: str,
-    port: int,
-    context: ssl.SSLContext,
-    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-) -> asyncio.Server:
-    """Listen with TLS on ``host:port``; every accepted connection runs ``handler``."""
-    try:
-        return await asyncio.start_server(handler, host, port, ssl=context, reuse_address=True)
-    except OSError as exc:
-        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
 async def accept(
@@ -174,3 +162,18 @@ async def connect(
         await conn.close()
         raise
     return conn, name
+
+
+async def finish_in_thread(fn: Callable[[], T]) -> T:
+    """``fn()`` in a worker thread. If the caller is cancelled meanwhile, wait for the
+    call to finish before re-raising, so nothing is closed under a running read or write."""
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is gone, its cancellation wins
+        raise

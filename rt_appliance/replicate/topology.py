@@ -1,5 +1,5 @@
 """Pull replication's shared pieces: what a node serves and how it follows it, where
-clients find nodes and in which order they try them, and small connection helpers.
+clients find nodes and in which order they try them.
 
 Every node's merged log is byte-identical, so a pull client may read from any of
 them. It prefers a follower (the leader is busy sequencing) and spreads subscriber
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,12 +18,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from rt_appliance.config.model import NodeConfig, StreamConfig, SubscriberHost
-from rt_appliance.errors import FrameError, TransportError
+from rt_appliance.errors import FrameError
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.log.segments import bytes_after, list_files
 from rt_appliance.log.watch import DirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.messages import require
+from rt_appliance.replicate.session import finish_in_thread
 from rt_appliance.replicate.source import DirectorySource
 
 __all__ = [
@@ -33,23 +33,15 @@ __all__ = [
     "ServedStream",
     "candidate_order",
     "endpoints",
-    "finish_in_thread",
-    "listen_before_tls",
     "oldest_position",
     "parse_topology",
     "pull_source_dir",
     "replica_dir",
-    "set_keepalive",
     "topology",
 ]
 
 T = TypeVar("T")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-# Detect a peer that vanished without a FIN (power loss, partition) on an idle stream.
-KEEPALIVE_IDLE_S = 10
-KEEPALIVE_INTERVAL_S = 5
-KEEPALIVE_PROBES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,53 +175,3 @@ def oldest_position(directory: Path) -> Position | None:
     """The start of the oldest stream file in ``directory``, None if it has none."""
     files = list_files(directory)
     return Position.of(files[0].session, files[0].roll, 0) if files else None
-
-
-class _PausedUntilTls(asyncio.StreamReaderProtocol):
-    """A stream that reads nothing until the handler starts TLS: a ClientHello read into
-    the plain stream's buffer would never reach the TLS layer, and the handshake hang."""
-
-    def __init__(self, handler: Handler) -> None:
-        super().__init__(asyncio.StreamReader(), handler)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if isinstance(transport, asyncio.ReadTransport):
-            transport.pause_reading()
-
-
-async def listen_before_tls(host: str, port: int, handler: Handler) -> asyncio.Server:
-    """Listen on ``host:port`` without TLS; each connection runs ``handler``, which starts
-    TLS itself (``writer.start_tls``) and so can log and count the handshakes that fail."""
-    loop = asyncio.get_running_loop()
-    try:
-        return await loop.create_server(
-            partial(_PausedUntilTls, handler), host, port, reuse_address=True
-        )
-    except OSError as exc:
-        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
-
-
-def set_keepalive(writer: asyncio.StreamWriter) -> None:
-    """Turn on TCP keepalive, so a silent stream to a vanished peer fails within ~25 s."""
-    sock = writer.get_extra_info("socket")
-    with contextlib.suppress(OSError, AttributeError):  # AttributeError: no socket
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
-
-
-async def finish_in_thread(fn: Callable[[], T]) -> T:
-    """``fn()`` in a worker thread. If the caller is cancelled meanwhile, wait for the
-    call to finish before re-raising, so nothing is closed under a running read or write."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        while not task.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait({task})
-        if not task.cancelled():
-            task.exception()  # retrieved: the caller is gone, its cancellation wins
-        raise

@@ -35,6 +35,8 @@ _HEADER_DTYPE = np.dtype(
     ]
 )
 _EMPTY_HEADERS = np.zeros(0, dtype=_HEADER_DTYPE)
+_SCAN_HEADER = struct.Struct("<IIIqq")  # the same header, for the few-records path
+_NUMPY_MIN_RECORDS = 64  # below this a plain loop beats numpy's per-call cost
 
 
 def _gather_headers(buf: bytes, offsets: list[int]) -> np.ndarray:
@@ -44,6 +46,28 @@ def _gather_headers(buf: bytes, offsets: list[int]) -> np.ndarray:
     windows = sliding_window_view(np.frombuffer(buf, dtype=np.uint8), _HEADER_BYTES)
     rows = windows[np.array(offsets, dtype=np.intp)]  # a copy: (len(offsets), 28) bytes
     return rows.view(_HEADER_DTYPE).ravel()
+
+
+def _check_headers(
+    buf: bytes, offsets: list[int], ends: list[int]
+) -> tuple[int | None, list[int], list[int]]:
+    """Check every record's CRC and fixed fields: the index of the first bad one (or None),
+    and the records' timestamps and ids.
+
+    Many records: numpy gathers the headers in one call. A few (a follower's usual
+    read): a plain loop, which avoids numpy's fixed cost per call.
+    """
+    crc = zlib.crc32
+    crcs = [crc(buf[o + 4 : e]) for o, e in zip(offsets, ends, strict=True)]
+    if len(offsets) < _NUMPY_MIN_RECORDS:
+        rows = [_SCAN_HEADER.unpack_from(buf, o) for o in offsets]
+        bad = [r[0] != c or r[2] != 0 for r, c in zip(rows, crcs, strict=True)]
+        cut = bad.index(True) if True in bad else None
+        return cut, [r[3] for r in rows], [r[4] for r in rows]
+    heads = _gather_headers(buf, offsets)
+    flags = (heads["crc"] != np.array(crcs, dtype=np.uint32)) | (heads["kind_flags"] != 0)
+    cut = int(flags.argmax()) if flags.any() else None
+    return cut, heads["timestamp_ns"].tolist(), heads["id"].tolist()
 
 
 class Stop(Enum):
@@ -114,16 +138,9 @@ def scan(buf: bytes, start: int, limit: int, decode: bool = True) -> Scan:
     if offsets:
         ends.append(off)
     # Pass 2: every record's CRC and fixed fields; cut at the first failure.
-    heads = _gather_headers(buf, offsets)
-    crc = zlib.crc32
-    crcs = np.array(
-        [crc(buf[o + 4 : e]) for o, e in zip(offsets, ends, strict=True)], dtype=np.uint32
-    )
-    bad = (heads["crc"] != crcs) | (heads["kind_flags"] != 0)
-    if bad.any():
-        cut = int(bad.argmax())
+    cut, timestamps_ns, ids = _check_headers(buf, offsets, ends)
+    if cut is not None:
         del offsets[cut:], ends[cut:]
-        heads = heads[:cut]
         kind, _, problem = check_record(buf, ends[-1] if ends else start)
         result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.BAD
         result.reason = problem
@@ -139,7 +156,6 @@ def scan(buf: bytes, start: int, limit: int, decode: bool = True) -> Scan:
             result.stop = Stop.RANGE if kind == KIND_RANGE else Stop.NEED_MORE
     result.stop_offset = ends[-1] if ends else start
     if decode:
-        result.timestamps_ns = heads["timestamp_ns"].tolist()
-        result.ids = heads["id"].tolist()
+        result.timestamps_ns, result.ids = timestamps_ns[: len(offsets)], ids[: len(offsets)]
         result.payloads = [buf[o + header_bytes : e] for o, e in zip(offsets, ends, strict=True)]
     return result

@@ -6,6 +6,7 @@ mutual TLS in a temporary work directory, as the tests do.
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import tempfile
@@ -83,6 +84,7 @@ def catch_up(
             for _ in range(max(1, backlog_bytes // (128 * 1000))):
                 pub.publish_batch([_PAYLOAD] * 1000)
         total = _size(stream.root / "trades.pub-1")
+        os.sync()  # the backlog on disk, so the clock measures replication only
         time.sleep(0.5)  # let the servers finish starting before the clock starts
         start_rss = {d.name: _rss_bytes(d.proc.pid) for d in stream.daemons if d.proc}
         client = stream.start_client()
@@ -107,6 +109,7 @@ def catch_up(
 
 def latency(work: Path, rate: int, seconds: float) -> list[float]:
     """Publish-to-replica latencies (ms) at ``rate`` msg/s, read on node rt-2 by a follower."""
+    os.sync()  # start without the previous run's dirty pages being written back meanwhile
     stream = _Stream(work)
     samples: list[float] = []
     try:

@@ -154,3 +154,19 @@ class Follower:
             publish_stop(STOP)
             self._thread.join(timeout=10)
         assert not self._thread.is_alive()
+
+
+def rt(
+    *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run ``rt ARGS...`` as a user would; fail on a non-zero exit unless ``check`` is False."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rt_appliance.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"rt {' '.join(args)} exited {result.returncode}: {result.stderr}")
+    return result

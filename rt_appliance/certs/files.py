@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from rt_appliance.certs.authority import CA_DAYS, PrivateKey, create_ca, issue_host_cert
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import CertificateError, UsageError
+from rt_appliance.log.segments import fsync_dir
 
 __all__ = ["host_addresses", "init_for_config"]
 
@@ -70,7 +71,7 @@ def init_for_config(
         out_dir.mkdir(parents=True, exist_ok=True)
         for path, data, secret in contents:
             _write_atomic(path, data, 0o600 if secret else 0o644)
-        _fsync_dir(out_dir)
+        fsync_dir(out_dir)
     except OSError as exc:
         raise CertificateError(f"cannot write certificates to {out_dir}: {exc}") from exc
     return [path for path, _, _ in contents]
@@ -102,11 +103,3 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -12,7 +13,9 @@ import click
 from rt_appliance.bench.log_bench import run_log_bench
 from rt_appliance.bench.replicate_bench import run_replicate_bench
 from rt_appliance.bench.report import markdown_table, write_section
-from rt_appliance.bench.stats import filesystem_of, machine_description
+from rt_appliance.bench.stats import Result, filesystem_of, machine_description
+
+Command = Callable[..., None]
 
 
 @click.group()
@@ -20,10 +23,68 @@ def bench() -> None:
     """Benchmarks. Each figure is the median of several runs; see docs/BENCHMARKS.md."""
 
 
+def _common(suite: str, default_runs: int) -> Callable[[Command], Command]:
+    """The options every benchmark takes: runs, memory, workdir, output, json."""
+
+    def decorate(command: Command) -> Command:
+        options = [
+            click.option(
+                "--runs",
+                type=click.IntRange(1, 50),
+                default=default_runs,
+                show_default=True,
+                help="Runs per figure.",
+            ),
+            click.option(
+                "--memory-gb",
+                type=click.FloatRange(0),
+                default=5.0,
+                show_default=True,
+                help="GB moved while sampling memory (0 skips it).",
+            ),
+            click.option(
+                "--workdir",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=Path("/tmp"),
+                show_default=True,
+                help="Where the benchmark's temporary directories go.",
+            ),
+            click.option(
+                "--output",
+                type=click.Path(dir_okay=False, path_type=Path),
+                default=None,
+                help=f"Markdown file whose 'rt bench {suite}' section is replaced with "
+                "the results.",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print results as JSON."),
+        ]
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def _progress(suite: str) -> Callable[[str], None]:
+    return lambda message: click.echo(f"rt bench {suite}: {message}", err=True)
+
+
+def _report(
+    suite: str, results: list[Result], workdir: Path, output: Path | None, as_json: bool, notes: str
+) -> None:
+    """Print the results, and write them with the command and machine into ``output``."""
+    if as_json:
+        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        click.echo(markdown_table(results))
+    if output is not None:
+        command = f"rt bench {suite} " + shlex.join(sys.argv[3:])
+        machine = f"{machine_description()}; files on {filesystem_of(str(workdir))}"
+        write_section(output, suite, command.strip(), machine, results, notes)
+
+
 @bench.command("log")
-@click.option(
-    "--runs", type=click.IntRange(1, 50), default=5, show_default=True, help="Runs per figure."
-)
+@_common("log", default_runs=5)
 @click.option(
     "--messages",
     type=click.IntRange(1000),
@@ -32,35 +93,14 @@ def bench() -> None:
     help="Messages per throughput run.",
 )
 @click.option("--payload-bytes", type=click.IntRange(0, 1 << 20), default=100, show_default=True)
-@click.option(
-    "--memory-gb",
-    type=click.FloatRange(0),
-    default=5.0,
-    show_default=True,
-    help="GB written and read back while sampling memory (0 skips it).",
-)
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/tmp"),
-    show_default=True,
-    help="Where the benchmark's temporary directories go.",
-)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Markdown file whose 'rt bench log' section is replaced with the results.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def log_bench(
     runs: int,
-    messages: int,
-    payload_bytes: int,
     memory_gb: float,
     workdir: Path,
     output: Path | None,
     as_json: bool,
+    messages: int,
+    payload_bytes: int,
 ) -> None:
     """Publisher, subscriber and scan throughput, and memory over many GB.
 
@@ -70,23 +110,41 @@ def log_bench(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     results = run_log_bench(
-        workdir,
-        payload_bytes,
-        messages,
-        runs,
-        int(memory_gb * 1e9),
-        lambda msg: click.echo(f"rt bench log: {msg}", err=True),
+        workdir, payload_bytes, messages, runs, int(memory_gb * 1e9), _progress("log")
     )
-    if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
-    else:
-        click.echo(markdown_table(results))
-    if output is not None:
-        command = "rt bench log " + shlex.join(sys.argv[3:] if len(sys.argv) > 3 else [])
-        machine = f"{machine_description()}; files on {filesystem_of(str(workdir))}"
-        write_section(
-            output, "log", command.strip(), machine, results, _NOTES.format(payload=payload_bytes)
-        )
+    _report("log", results, workdir, output, as_json, _NOTES.format(payload=payload_bytes))
+
+
+@bench.command("replicate")
+@_common("replicate", default_runs=3)
+@click.option(
+    "--backlog-gib",
+    type=click.FloatRange(0.01, 64),
+    default=1.0,
+    show_default=True,
+    help="Backlog per node for the catch-up and throughput runs, in GiB.",
+)
+def replicate_bench(
+    runs: int,
+    memory_gb: float,
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+    backlog_gib: float,
+) -> None:
+    """Push replication: throughput and catch-up to 3 nodes, latency, memory.
+
+    Starts 3 push servers on 127.0.0.1-3 and a push client with real mutual TLS.
+    Latency: publish at 5,000 msg/s for 10 s; a follower on one node's replica
+    measures publish-to-replica time. Catch-up: time for every node to hold a
+    backlog written beforehand (the aggregate throughput is 3 x backlog / time).
+    Memory: daemon RSS while --memory-gb is moved to every node.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    results = run_replicate_bench(
+        workdir, runs, int(backlog_gib * 2**30), int(memory_gb * 1e9), _progress("replicate")
+    )
+    _report("replicate", results, workdir, output, as_json, _REPLICATE_NOTES)
 
 
 _NOTES = """\
@@ -105,71 +163,6 @@ uses a fresh directory; figures are medians. What limits each figure:
 - memory: the publisher keeps nothing per message; the subscriber keeps one 4 MiB read
   buffer and one batch.
 """
-
-
-@bench.command("replicate")
-@click.option(
-    "--runs", type=click.IntRange(1, 50), default=3, show_default=True, help="Runs per figure."
-)
-@click.option(
-    "--backlog-gib",
-    type=click.FloatRange(0.01, 64),
-    default=1.0,
-    show_default=True,
-    help="Backlog per node for the catch-up and throughput runs, in GiB.",
-)
-@click.option(
-    "--memory-gb",
-    type=click.FloatRange(0),
-    default=5.0,
-    show_default=True,
-    help="GB moved to 3 nodes while sampling daemon memory (0 skips it).",
-)
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/tmp"),
-    show_default=True,
-    help="Where the benchmark's temporary directories go.",
-)
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Markdown file whose 'rt bench replicate' section is replaced with the results.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
-def replicate_bench(
-    runs: int,
-    backlog_gib: float,
-    memory_gb: float,
-    workdir: Path,
-    output: Path | None,
-    as_json: bool,
-) -> None:
-    """Push replication: throughput and catch-up to 3 nodes, latency, memory.
-
-    Starts 3 push servers on 127.0.0.1-3 and a push client with real mutual TLS.
-    Catch-up: time for every node to hold a backlog written beforehand (the
-    aggregate throughput is 3 x backlog / time). Latency: publish at 5,000 msg/s
-    for 10 s; a follower on one node's replica measures publish-to-replica time.
-    """
-    workdir.mkdir(parents=True, exist_ok=True)
-    results = run_replicate_bench(
-        workdir,
-        runs,
-        int(backlog_gib * 2**30),
-        int(memory_gb * 1e9),
-        lambda msg: click.echo(f"rt bench replicate: {msg}", err=True),
-    )
-    if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
-    else:
-        click.echo(markdown_table(results))
-    if output is not None:
-        command = "rt bench replicate " + shlex.join(sys.argv[3:])
-        machine = f"{machine_description()}; files on {filesystem_of(str(workdir))}"
-        write_section(output, "replicate", command.strip(), machine, results, _REPLICATE_NOTES)
 
 
 _REPLICATE_NOTES = """\

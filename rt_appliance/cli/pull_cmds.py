@@ -3,45 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import click
-from prometheus_client import CollectorRegistry, start_http_server
 
+from rt_appliance.cli.options import CONFIG, metrics_port_option
 from rt_appliance.config import load_config
-from rt_appliance.errors import TransportError
+from rt_appliance.daemons.runner import run_daemon, serve_metrics
 from rt_appliance.replicate.pull_client import ClientMetrics, PullClient
 from rt_appliance.replicate.pull_server import PullServer, ServerMetrics
 
 log = logging.getLogger(__name__)
 
-_CONFIG = click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="The stream configuration (rt.yaml).",
-)
-
-
-def _metrics_port(config_key: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    return click.option(
-        "--metrics-port",
-        type=click.IntRange(0, 65535),
-        default=None,
-        help="Port of the Prometheus /metrics endpoint, on this host's address; 0 turns it "
-        f"off  [default: the config's ports.{config_key}]",
-    )
-
 
 @click.command("pull-server")
-@_CONFIG
+@CONFIG
 @click.option("--node", required=True, help="Name of this RT node (as in the config's nodes).")
-@_metrics_port("pull_server_metrics")
-def pull_server(config_path: str, node: str, metrics_port: int | None) -> None:
+@metrics_port_option("pull_server_metrics")
+def pull_server(config_path: Path, node: str, metrics_port: int | None) -> None:
     """Serve this node's merged log to subscriber hosts (and other nodes).
 
     Listens with mutual TLS on the node's host and ports.pull (5001). Serves
@@ -68,17 +48,17 @@ def pull_server(config_path: str, node: str, metrics_port: int | None) -> None:
         finally:
             await server.stop()
 
-    _serve_metrics(metrics.registry, host, port)
-    _run_until_signal(main)
+    serve_metrics(metrics.registry, host, port)
+    run_daemon(f"pull-server {node}", main)
 
 
 @click.command("pull-client")
-@_CONFIG
+@CONFIG
 @click.option(
     "--host", "host_name", required=True, help="Name of this subscriber host (as in the config)."
 )
-@_metrics_port("pull_client_metrics")
-def pull_client(config_path: str, host_name: str, metrics_port: int | None) -> None:
+@metrics_port_option("pull_client_metrics")
+def pull_client(config_path: Path, host_name: str, metrics_port: int | None) -> None:
     """Keep a local copy of the merged log on a subscriber host.
 
     The copy is <data_dir>/sub/<stream> of the subscriber host, a byte-identical
@@ -98,33 +78,8 @@ def pull_client(config_path: str, host_name: str, metrics_port: int | None) -> N
     client = PullClient(config, host_name, metrics)
     port = config.ports.pull_client_metrics if metrics_port is None else metrics_port
     try:
-        _serve_metrics(metrics.registry, host, port)
+        serve_metrics(metrics.registry, host, port)
     except BaseException:
         client.replica.close()
         raise
-    _run_until_signal(client.run)
-
-
-def _serve_metrics(registry: CollectorRegistry, host: str, port: int) -> None:
-    if port == 0:
-        return
-    try:
-        start_http_server(port, addr=host, registry=registry)
-    except OSError as exc:
-        raise TransportError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from exc
-    log.info("metrics on http://%s:%d/metrics", host, port)
-
-
-def _run_until_signal(main: Callable[[], Awaitable[None]]) -> None:
-    """Run ``main`` until it returns or SIGTERM/SIGINT cancels it (a clean stop)."""
-
-    async def runner() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await main()
-
-    asyncio.run(runner())
+    run_daemon(f"pull-client {host_name}", client.run)

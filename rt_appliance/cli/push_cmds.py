@@ -2,36 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import click
 
+from rt_appliance.cli.options import CONFIG, metrics_port_option
 from rt_appliance.config import load_config
-from rt_appliance.daemons.runner import run_daemon
+from rt_appliance.daemons.runner import run_daemon, serve_metrics
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.push_server import PushServer
 
-_CONFIG = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("/etc/rt/rt.yaml"),
-    show_default=True,
-    help="The stream's configuration file.",
-)
-_METRICS = click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Prometheus port (0: none)  [default: from the configuration]",
-)
-
 
 @click.command("push-server")
-@_CONFIG
+@CONFIG
 @click.option("--node", required=True, help="Name of this RT node in the configuration.")
-@_METRICS
+@metrics_port_option("push_server_metrics")
 def push_server(config_path: Path, node: str, metrics_port: int | None) -> None:
     """Receive publisher directories into DATA_DIR/in/ on this node (port `push`).
 
@@ -40,16 +25,14 @@ def push_server(config_path: Path, node: str, metrics_port: int | None) -> None:
     that continue it exactly, syncs them and acknowledges. Runs until SIGTERM.
     """
     config = load_config(config_path)
-    server = PushServer(config, node, metrics_port)
-
-    async def main(stop: asyncio.Event) -> None:
-        await server.run(stop)
-
-    run_daemon(f"push-server {node}", main)
+    server = PushServer(config, node)
+    port = config.ports.push_server_metrics if metrics_port is None else metrics_port
+    serve_metrics(server.metrics.registry, config.node(node).host, port)
+    run_daemon(f"push-server {node}", server.run)
 
 
 @click.command("push-client")
-@_CONFIG
+@CONFIG
 @click.option(
     "--host", "host_name", required=True, help="Name of this publisher host in the configuration."
 )
@@ -59,7 +42,7 @@ def push_server(config_path: Path, node: str, metrics_port: int | None) -> None:
     multiple=True,
     help="Only this topic (repeat)  [default: the host's topics]",
 )
-@_METRICS
+@metrics_port_option("push_client_metrics")
 def push_client(
     config_path: Path, host_name: str, topics: tuple[str, ...], metrics_port: int | None
 ) -> None:
@@ -70,5 +53,7 @@ def push_client(
     deletes rolled files once every node has acknowledged them. Runs until SIGTERM.
     """
     config = load_config(config_path)
-    client = PushClient(config, host_name, list(topics) or None, metrics_port)
+    client = PushClient(config, host_name, list(topics) or None)
+    port = config.ports.push_client_metrics if metrics_port is None else metrics_port
+    serve_metrics(client.metrics.registry, config.publisher(host_name).host, port)
     run_daemon(f"push-client {host_name}", client.run)

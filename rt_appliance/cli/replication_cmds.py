@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from rt_appliance.cli.options import CONFIG
 from rt_appliance.config import load_config
 from rt_appliance.replicate.status import collect_status
 
@@ -17,14 +18,7 @@ def replication() -> None:
 
 
 @replication.command()
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("/etc/rt/rt.yaml"),
-    show_default=True,
-    help="The stream's configuration file.",
-)
+@CONFIG
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 def status(config_path: Path, as_json: bool) -> None:
     """Show every replication connection: state, acknowledged position and lag in bytes.

@@ -46,7 +46,6 @@ class PushClient:
         config: StreamConfig,
         host_name: str,
         topics: list[str] | None = None,
-        metrics_port: int | None = None,
     ) -> None:
         self.config = config
         self.host = config.publisher(host_name)
@@ -56,20 +55,20 @@ class PushClient:
         self.connected: set[str] = set()
         self._last_ack: dict[str, float] = {}
         self.metrics = PushMetrics("client")
-        self._metrics_port = (
-            config.ports.push_client_metrics if metrics_port is None else metrics_port
-        )
         self._context = client_context(config.tls, host_name)
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Replicate until ``stop`` is set (or, without one, until cancelled)."""
+        stop = stop or asyncio.Event()
         for d in self.dirs:
             (self.root / d).mkdir(parents=True, exist_ok=True)
-        self.metrics.serve(self.host.host, self._metrics_port)
         slots = [asyncio.create_task(self._slot(node, stop)) for node in self.config.nodes]
-        await stop.wait()
-        for task in slots:
-            task.cancel()
-        await asyncio.gather(*slots, return_exceptions=True)
+        try:
+            await stop.wait()
+        finally:
+            for task in slots:
+                task.cancel()
+            await asyncio.gather(*slots, return_exceptions=True)
 
     async def _slot(self, node: NodeConfig, stop: asyncio.Event) -> None:
         """Keep one connection to a node (direct) or to a not-yet-held node (load balancer)."""

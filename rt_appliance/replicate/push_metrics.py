@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 __all__ = ["PushMetrics"]
 
@@ -47,8 +47,3 @@ class PushMetrics:
             ["dir"],
             registry=self.registry,
         )
-
-    def serve(self, host: str, port: int) -> None:
-        """Expose ``/metrics`` on ``host:port`` (port 0: not served)."""
-        if port:
-            start_http_server(port, addr=host, registry=self.registry)

@@ -34,23 +34,18 @@ log = logging.getLogger(__name__)
 class PushServer:
     """Accepts push connections for node ``node_name`` until stopped."""
 
-    def __init__(
-        self, config: StreamConfig, node_name: str, metrics_port: int | None = None
-    ) -> None:
+    def __init__(self, config: StreamConfig, node_name: str) -> None:
         self.config = config
         self.node = config.node(node_name)
         self.in_dir = config.data_dir_of(self.node) / "in"
         self.metrics = PushMetrics("server")
-        self._metrics_port = (
-            config.ports.push_server_metrics if metrics_port is None else metrics_port
-        )
         self._replicas: dict[str, ReplicaDir] = {}
 
-    async def run(self, stop: asyncio.Event, ready: asyncio.Event | None = None) -> None:
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Serve until ``stop`` is set (or, without one, until cancelled)."""
         context = server_context(self.config.tls, self.node.name)
         self._context = context
         server = await listen_before_tls(self.node.host, self.config.ports.push, self._handle)
-        self.metrics.serve(self.node.host, self._metrics_port)
         log.info(
             "push server %s listening on %s:%d, replicas in %s",
             self.node.name,
@@ -58,10 +53,8 @@ class PushServer:
             self.config.ports.push,
             self.in_dir,
         )
-        if ready is not None:
-            ready.set()
         try:
-            await stop.wait()
+            await (stop or asyncio.Event()).wait()
         finally:
             server.close()
             await server.wait_closed()

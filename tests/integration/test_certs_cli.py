@@ -6,8 +6,6 @@ import json
 import re
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +14,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from rt_appliance.certs import create_ca, issue_host_cert, peer_name
+from tests.helpers import rt
 
 pytestmark = pytest.mark.integration
 
@@ -41,19 +40,6 @@ FILES = [
     "sub-1.crt",
     "sub-1.key",
 ]
-
-
-def rt(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run `rt ARGS...` as a user would; fail the test on a non-zero exit unless check=False."""
-    result = subprocess.run(
-        [sys.executable, "-m", "rt_appliance.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"rt {' '.join(args)} exited {result.returncode}: {result.stderr}")
-    return result
 
 
 def _config(tmp_path: Path, tls_dir: Path | None = None) -> Path:

@@ -5,32 +5,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rt_appliance import __version__
 from rt_appliance.cli.docs import render_cli_markdown
+from tests.helpers import rt
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def rt(
-    *args: str, stdin: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "rt_appliance.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"rt {' '.join(args)} exited {result.returncode}: {result.stderr}")
-    return result
 
 
 def rt_publish(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +14,7 @@ from rt_appliance import Publisher
 from rt_appliance.testing.checkers import log_files, same_log_files
 from rt_appliance.testing.cluster import Daemon, wait_until
 from rt_appliance.testing.faults import TcpRelay
+from tests.helpers import rt
 from tests.replication.conftest import Stream
 
 pytestmark = pytest.mark.integration
@@ -144,20 +143,8 @@ def test_replication_status_shows_state_and_lag(make_stream: Callable[..., Strea
     wait_identical(stream, log_files(stream.pub_root() / "trades.pub-1"))
 
     def status() -> tuple[int, list[dict[str, object]]]:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rt_appliance.cli",
-                "replication",
-                "status",
-                "--config",
-                str(stream.config_path),
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
+        result = rt(
+            "replication", "status", "--config", str(stream.config_path), "--json", check=False
         )
         return result.returncode, json.loads(result.stdout)
 
@@ -206,21 +193,7 @@ def test_replication_status_shows_pull_connections(make_stream: Callable[..., St
     )
 
     def rows() -> list[tuple[object, ...]]:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rt_appliance.cli",
-                "replication",
-                "status",
-                "--config",
-                cfg,
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
+        out = rt("replication", "status", "--config", cfg, "--json", check=False).stdout
         return [
             (r["kind"], r["client"], r["node"], r["state"], r["lag_bytes"]) for r in json.loads(out)
         ]

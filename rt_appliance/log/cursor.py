@@ -55,7 +55,7 @@ class LogCursor:
             return Position.ZERO
         return Position(self.file_base | self.reader.offset)
 
-    def next_block(self, limit: int, decode: bool = True) -> Block | None:
+    def next_block(self, limit: int, decode: bool = True, verify: bool = True) -> Block | None:
         """The next block of up to ``limit`` records, or None when caught up for now."""
         if self.reader is None:
             files = list_files(self.directory)
@@ -64,13 +64,13 @@ class LogCursor:
             self._open(files[0], 0)
         while True:
             assert self.reader is not None and self.file is not None
-            block = self.reader.read_block(limit, decode)
+            block = self.reader.read_block(limit, decode, verify)
             if block is not None:
                 return block
             later = next_file(self.directory, self.file)
             if later is None:
                 return None
-            block = self.reader.read_block(limit, decode)  # bytes written just before the roll
+            block = self.reader.read_block(limit, decode, verify)  # written just before the roll
             if block is not None:
                 return block
             self._check_clean_end(later)

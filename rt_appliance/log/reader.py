@@ -112,12 +112,16 @@ class FileReader:
         """Up to ``nbytes`` raw bytes of the file from ``offset``."""
         return os.pread(self._fd, nbytes, offset)
 
-    def read_block(self, limit: int = MAX_BATCH_MESSAGES, decode: bool = True) -> Block | None:
+    def read_block(
+        self, limit: int = MAX_BATCH_MESSAGES, decode: bool = True, verify: bool = True
+    ) -> Block | None:
         """The next block of up to ``limit`` records, or None at the end of the valid data.
 
         At None, :attr:`tail` says what stopped reading. Call again later to pick
-        up records appended since (follow mode). Bytes are read ``READ_CHUNK_BYTES``
-        at a time and kept, so a small ``limit`` does not read the file many times.
+        up records appended since (follow mode). ``verify`` False walks record
+        boundaries without checking CRCs: the caller must check them. Bytes are
+        read ``READ_CHUNK_BYTES`` at a time and kept, so a small ``limit`` does not
+        read the file many times.
         """
         self.tail = None
         chunk = max(READ_CHUNK_BYTES, RECORD_HEADER.size)
@@ -130,7 +134,7 @@ class FileReader:
                 self._buf, self._buf_at = os.pread(self._fd, chunk, self.offset), self.offset
                 start, fresh = 0, True
             buf, base = self._buf, self._buf_at
-            records = scan(buf, start, limit, decode)
+            records = scan(buf, start, limit, decode, verify)
             if self.merged and records.offsets:
                 records = _clip(records, self._range_end - base)
                 if not records.offsets:  # the first record runs past the range's end

@@ -70,6 +70,18 @@ def _check_headers(
     return cut, heads["timestamp_ns"].tolist(), heads["id"].tolist()
 
 
+def _stop_after_walk(result: Scan, buf: bytes, off: int, limit: int) -> None:
+    """Why an unverified walk stopped at ``off`` (every record before it taken as valid)."""
+    if len(result.offsets) >= limit:
+        result.stop = Stop.LIMIT
+        return
+    kind, _, problem = check_record(buf, off)
+    if problem == "incomplete" or not problem:
+        result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.NEED_MORE
+    else:
+        result.stop, result.reason = Stop.BAD, problem
+
+
 class Stop(Enum):
     """Why a scan stopped."""
 
@@ -114,7 +126,7 @@ def check_record(buf: bytes, offset: int) -> tuple[int, int, str]:
     return kind, end, ""
 
 
-def scan(buf: bytes, start: int, limit: int, decode: bool = True) -> Scan:
+def scan(buf: bytes, start: int, limit: int, decode: bool = True, verify: bool = True) -> Scan:
     """Scan up to ``limit`` message records of ``buf`` from ``start``.
 
     With ``decode`` False only offsets are collected (verification, recovery).
@@ -138,6 +150,10 @@ def scan(buf: bytes, start: int, limit: int, decode: bool = True) -> Scan:
     if offsets:
         ends.append(off)
     # Pass 2: every record's CRC and fixed fields; cut at the first failure.
+    if not verify:  # record boundaries only: the caller checks CRCs itself (DirectorySource)
+        _stop_after_walk(result, buf, off, limit)
+        result.stop_offset = ends[-1] if ends else start
+        return result
     cut, timestamps_ns, ids = _check_headers(buf, offsets, ends)
     if cut is not None:
         del offsets[cut:], ends[cut:]

@@ -54,6 +54,7 @@ class PushClient:
         self.acked: dict[str, dict[str, Position]] = {n.name: {} for n in config.nodes}
         self.connected: set[str] = set()
         self._last_ack: dict[str, float] = {}
+        self._verified: dict[str, dict[tuple[int, int], int]] = {}  # dir -> file -> checked to
         self.metrics = PushMetrics("client")
         self._context = client_context(config.tls, host_name)
 
@@ -126,9 +127,10 @@ class PushClient:
                 fields = await conn.receive_control(FrameType.RESUME)
                 position = Position.parse(require(fields, "position", int))
                 self.acked[node][d] = position
-                sources[d] = DirectorySource(
-                    self.root / d, position, conn.max_frame_bytes - _FRAME_MARGIN_BYTES
-                )
+                # Shared with the other nodes' sources: each byte's CRC is checked once.
+                checked = self._verified.setdefault(d, {})
+                limit = conn.max_frame_bytes - _FRAME_MARGIN_BYTES
+                sources[d] = DirectorySource(self.root / d, position, limit, checked)
                 log.info("push %s to %s: resuming at %d", d, node, position)
             acks = asyncio.create_task(self._read_acks(conn, node))
             try:

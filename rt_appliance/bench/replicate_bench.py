@@ -43,6 +43,12 @@ class _Stream:
         args = [kind, "--config", str(self.path), flag, name, "--metrics-port", "0"]
         return Daemon(f"{kind}-{name}", args, self.work / "logs").start()
 
+    def servers_listening(self) -> bool:
+        """Whether every push server has logged that it listens."""
+        return all(
+            "listening on" in d.log() for d in self.daemons if d.name.startswith("push-server")
+        )
+
     def start_client(self) -> Daemon:
         client = self._daemon("push-client", "--host", "pub-1")
         self.daemons.append(client)
@@ -85,7 +91,7 @@ def catch_up(
                 pub.publish_batch([_PAYLOAD] * 1000)
         total = _size(stream.root / "trades.pub-1")
         os.sync()  # the backlog on disk, so the clock measures replication only
-        time.sleep(0.5)  # let the servers finish starting before the clock starts
+        wait_until(stream.servers_listening, 30, "the push servers to listen")
         start_rss = {d.name: _rss_bytes(d.proc.pid) for d in stream.daemons if d.proc}
         client = stream.start_client()
         start = time.perf_counter()

@@ -9,6 +9,8 @@ skipped, and a file followed by a later one must end cleanly.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError, InvalidPositionError, PositionPrunedError
@@ -22,6 +24,7 @@ from rt_appliance.position import Position
 __all__ = ["LogCursor", "check_offset", "locate", "next_file"]
 
 _SESSION_SHIFT = OFFSET_BITS + ROLL_BITS
+_MTIME_SLACK_NS = 1_000_000_000  # far more than a file system clock tick
 
 
 class LogCursor:
@@ -38,6 +41,7 @@ class LogCursor:
         self._strict_tail = strict_tail
         self.file: StreamFile | None = None
         self.reader: FileReader | None = None
+        self._listed_mtime, self._listed_at = -2, 0  # the directory's mtime at the last listing
         located = locate(directory, position)
         if located is not None:
             self._open(*located)
@@ -67,7 +71,7 @@ class LogCursor:
             block = self.reader.read_block(limit, decode, verify)
             if block is not None:
                 return block
-            later = next_file(self.directory, self.file)
+            later = self._later_file()
             if later is None:
                 return None
             block = self.reader.read_block(limit, decode, verify)  # written just before the roll
@@ -75,6 +79,27 @@ class LogCursor:
                 return block
             self._check_clean_end(later)
             self._open(later, 0)
+
+    def _later_file(self) -> StreamFile | None:
+        """:func:`next_file`, skipping the directory listing while the directory is unchanged.
+
+        A follower asks at every wake-up, thousands of times a second. A directory's
+        mtime moves when a file is created, renamed or deleted, but only in coarse
+        clock ticks, so the cached answer is trusted only for an mtime well older
+        than the listing that produced it.
+        """
+        assert self.file is not None
+        try:
+            mtime = os.stat(self.directory).st_mtime_ns
+        except FileNotFoundError:
+            mtime = -1
+        if mtime == self._listed_mtime and mtime < self._listed_at - _MTIME_SLACK_NS:
+            return None
+        listed_at = time.time_ns()
+        later = next_file(self.directory, self.file)
+        if later is None:
+            self._listed_mtime, self._listed_at = mtime, listed_at
+        return later
 
     def close(self) -> None:
         if self.reader is not None:

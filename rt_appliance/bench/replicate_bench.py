@@ -81,10 +81,10 @@ def _rss_bytes(pid: int) -> int:
 
 
 def catch_up(
-    work: Path, backlog_bytes: int, sample_memory: bool = False
+    work: Path, backlog_bytes: int, sample_memory: bool = False, fsync: str = "batch"
 ) -> tuple[float, dict[str, int]]:
     """Seconds for 3 nodes to receive a ``backlog_bytes`` backlog; peak RSS growth per daemon."""
-    stream = _Stream(work)
+    stream = _Stream(work, fsync=fsync)
     try:
         with Publisher(stream.root, "trades", "pub-1", fsync="never") as pub:
             for _ in range(max(1, backlog_bytes // (128 * 1000))):
@@ -113,10 +113,10 @@ def catch_up(
         stream.stop()
 
 
-def latency(work: Path, rate: int, seconds: float) -> list[float]:
+def latency(work: Path, rate: int, seconds: float, fsync: str = "batch") -> list[float]:
     """Publish-to-replica latencies (ms) at ``rate`` msg/s, read on node rt-2 by a follower."""
     os.sync()  # start without the previous run's dirty pages being written back meanwhile
-    stream = _Stream(work)
+    stream = _Stream(work, fsync=fsync)
     samples: list[float] = []
     try:
         stream.start_client()
@@ -152,23 +152,31 @@ def _follow(directory: Path, count: int, samples: list[float], stop: threading.E
 
 
 def run_replicate_bench(
-    workdir: Path, runs: int, backlog_bytes: int, memory_bytes: int, progress: Callable[[str], None]
+    workdir: Path,
+    runs: int,
+    backlog_bytes: int,
+    memory_bytes: int,
+    progress: Callable[[str], None],
+    fsync: str = "batch",
 ) -> list[Result]:
+    """Every replication figure; ``fsync`` is the servers' ``replication.fsync``."""
     throughput = Result("push throughput, 1 publisher dir to 3 nodes, aggregate", "MB/s", ">= 300")
     catchup = Result(
         f"catch-up of a {backlog_bytes / 2**30:.2g} GiB backlog per node", "s", "<= 5 (1 GiB)"
     )
     p50 = Result("publish-to-replica latency p50 at 5,000 msg/s", "ms", "-")
     p99 = Result("publish-to-replica latency p99 at 5,000 msg/s", "ms", "<= 2")
+    for result in (throughput, catchup, p50, p99):
+        result.note = f"replication.fsync={fsync}"
     for run in range(1, runs + 1):
         work = Path(tempfile.mkdtemp(dir=workdir))
         try:  # latency first: a catch-up leaves the disk busy writing gigabytes back
             progress(f"run {run}/{runs}: latency")
-            lat = sorted(latency(work / "l", 5000, 10))
+            lat = sorted(latency(work / "l", 5000, 10, fsync))
             p50.values.append(statistics.median(lat))
             p99.values.append(lat[int(0.99 * (len(lat) - 1))])
             progress(f"run {run}/{runs}: catch-up")
-            seconds, _ = catch_up(work / "c", backlog_bytes)
+            seconds, _ = catch_up(work / "c", backlog_bytes, fsync=fsync)
             catchup.values.append(seconds)
             throughput.values.append(3 * backlog_bytes / seconds / 1e6)
         finally:
@@ -179,7 +187,7 @@ def run_replicate_bench(
         progress(f"memory: moving {memory_bytes / 1e9:.1f} GB to 3 nodes")
         work = Path(tempfile.mkdtemp(dir=workdir))
         try:
-            _, growth = catch_up(work / "m", memory_bytes, sample_memory=True)
+            _, growth = catch_up(work / "m", memory_bytes, sample_memory=True, fsync=fsync)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         gb = f"{memory_bytes / 1e9:.1f} GB"

@@ -118,6 +118,13 @@ def log_bench(
 @bench.command("replicate")
 @_common("replicate", default_runs=3)
 @click.option(
+    "--fsync",
+    type=click.Choice(["always", "batch", "never"]),
+    default="batch",
+    show_default=True,
+    help="The push servers' replication.fsync.",
+)
+@click.option(
     "--backlog-gib",
     type=click.FloatRange(0.01, 64),
     default=1.0,
@@ -130,6 +137,7 @@ def replicate_bench(
     workdir: Path,
     output: Path | None,
     as_json: bool,
+    fsync: str,
     backlog_gib: float,
 ) -> None:
     """Push replication: throughput and catch-up to 3 nodes, latency, memory.
@@ -142,7 +150,7 @@ def replicate_bench(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     results = run_replicate_bench(
-        workdir, runs, int(backlog_gib * 2**30), int(memory_gb * 1e9), _progress("replicate")
+        workdir, runs, int(backlog_gib * 2**30), int(memory_gb * 1e9), _progress("replicate"), fsync
     )
     _report("replicate", results, workdir, output, as_json, _REPLICATE_NOTES)
 

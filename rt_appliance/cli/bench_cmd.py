@@ -183,9 +183,9 @@ servers and the latency follower. What limits the figures:
   checks) and encrypts it three times; each server decrypts it, checks every record's
   CRC, writes and syncs it;
 - latency: the median stays near 1.5 ms; the 99th percentile is made of stalls of tens of
-  milliseconds that are not traced yet. The same latency measurement run on its own,
-  with no catch-up before it, gave p99 5.1 and 7.0 ms, which points at the disk still
-  writing back the gigabytes of earlier runs. Each message also wakes five processes
-  (inotify, a thread hop) on this 2-core machine;
+  milliseconds that come with the servers' syncs: with `--fsync never` (replicas
+  acknowledged once written, not synced) `rt bench replicate --runs 3 --backlog-gib 0.05
+  --memory-gb 0 --fsync never` measured p50 0.84 ms and p99 2.18 ms (runs 2.08-2.87).
+  Appends to a file evidently wait while a sync of it runs, even from another thread;
 - memory: each daemon grows by its frame buffers (about 20 MB) whatever it moves.
 """

@@ -163,6 +163,8 @@ class ReplicationConfig(_Model):
     reconnect_max_ms: Annotated[int, Field(ge=1)] = 5000
     delete_acked: bool = True  # push client deletes rolled files every node acknowledged
     ack_timeout_ms: Annotated[int, Field(ge=100)] = 10_000  # unacked data this long: peer is gone
+    # receiving side: sync (then ack) at most this often; appends stall while a sync runs
+    sync_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 10
     pull_source: str | None = None  # directory the pull server serves; default <data_dir>/merged
 
     @model_validator(mode="after")

@@ -182,10 +182,12 @@ servers and the latency follower. What limits the figures:
   reads each byte once per node, checks its CRC once (the per-node readers share their
   checks) and encrypts it three times; each server decrypts it, checks every record's
   CRC, writes and syncs it;
-- latency: the median stays near 1.5 ms; the 99th percentile is made of stalls of tens of
-  milliseconds that come with the servers' syncs: with `--fsync never` (replicas
-  acknowledged once written, not synced) `rt bench replicate --runs 3 --backlog-gib 0.05
-  --memory-gb 0 --fsync never` measured p50 0.84 ms and p99 2.18 ms (runs 2.08-2.87).
-  Appends to a file evidently wait while a sync of it runs, even from another thread;
+- latency: appends to a file wait while a sync of it runs, even one in another thread.
+  Servers therefore sync at most every `replication.sync_interval_ms` (10 ms): that took
+  the p99 from 35 ms (syncing as soon as data arrived) to the 7 ms above, p50 0.8 ms.
+  Without syncs at all (`--fsync never`, replicas acknowledged once written) an earlier
+  `rt bench replicate --runs 3 --backlog-gib 0.05 --memory-gb 0 --fsync never` measured
+  p50 0.84 ms and p99 2.18 ms (runs 2.08-2.87); the rest is five processes woken per
+  message on two cores;
 - memory: each daemon grows by its frame buffers (about 20 MB) whatever it moves.
 """

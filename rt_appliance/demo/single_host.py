@@ -13,6 +13,7 @@ Steps, each printed as it happens:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from rt_appliance.errors import RTError
 from rt_appliance.log.recovery import verify_directory
 from rt_appliance.publish import Publisher
+from rt_appliance.testing.cluster import wait_until
 
 __all__ = ["DemoResult", "run_single_host"]
 
@@ -72,15 +74,6 @@ def _consume(proc: subprocess.Popen[str], result: DemoResult) -> None:
         result.positions[message["id"]] = message["next_position"]
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def _publish(
     root: Path,
     result: DemoResult,
@@ -101,8 +94,10 @@ def _publish(
             if next_id == 1:
                 pub.publish(b'{"seq": 1}', id=1)
                 next_id, count = 2, count - 1
-                if not _wait_for(lambda: bool(result.delivered), 30):
-                    raise RTError("the subscriber process delivered nothing within 30 s")
+                try:
+                    wait_until(lambda: bool(result.delivered), 30, "the subscriber's first message")
+                except TimeoutError as exc:
+                    raise RTError("the subscriber process delivered nothing within 30 s") from exc
                 say("  the subscriber delivered message 1: it is following")
             start = time.monotonic()
             for i in range(count):
@@ -136,7 +131,8 @@ def run_single_host(
         )
         _publish(root, result, rate, duration_s, roll_bytes, say)
         say("3. waiting for the subscriber to deliver every message")
-        _wait_for(lambda: len(result.delivered) >= result.published, 30)
+        with contextlib.suppress(TimeoutError):  # what is still missing is counted below
+            wait_until(lambda: len(result.delivered) >= result.published, 30, "every message")
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -20,11 +20,13 @@ from rt_appliance.log.naming import validate_host, validate_topic
 from rt_appliance.sizes import parse_size
 
 __all__ = [
+    "ArchiverConfig",
     "HostRole",
     "NodeConfig",
     "Ports",
     "PublisherHost",
     "ReplicationConfig",
+    "SequencerConfig",
     "StreamConfig",
     "SubscriberHost",
     "TlsConfig",
@@ -176,6 +178,43 @@ class ReplicationConfig(_Model):
         return self
 
 
+class SequencerConfig(_Model):
+    """How the sequencer merges inputs and runs raft (``rt sequencer``)."""
+
+    merged_roll_bytes: Size = 1 << 30  # merged log file size at which the next file starts
+    max_range_bytes: Size = 1 << 20  # most input bytes one merge instruction copies
+    max_inflight: Annotated[int, Field(ge=1, le=1024)] = 32  # proposed, not yet applied
+    report_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 50  # extents reported at least
+    fetch_after_ms: Annotated[int, Field(ge=0, le=60_000)] = 300  # wait for push before repair
+    raft_min_timeout_ms: Annotated[int, Field(ge=50)] = 400  # election timeout, lower bound
+    raft_max_timeout_ms: Annotated[int, Field(ge=100)] = 1000  # election timeout, upper bound
+    append_entries_period_ms: Annotated[int, Field(ge=5)] = 50  # leader heartbeat
+    compaction_min_entries: Annotated[int, Field(ge=100)] = 20_000  # raft log entries
+    compaction_min_s: Annotated[int, Field(ge=1)] = 600  # ... or this long since the last
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> SequencerConfig:
+        if self.raft_max_timeout_ms <= self.raft_min_timeout_ms:
+            raise ValueError("raft_max_timeout_ms must be above raft_min_timeout_ms")
+        if self.raft_min_timeout_ms <= 3 * self.append_entries_period_ms:
+            raise ValueError("raft_min_timeout_ms must exceed 3 x append_entries_period_ms")
+        if not 1 << 20 <= self.merged_roll_bytes <= 1 << 30:
+            raise ValueError("merged_roll_bytes must be between 1MiB and 1GiB")
+        if not 4 << 10 <= self.max_range_bytes <= self.merged_roll_bytes // 4:
+            raise ValueError("max_range_bytes must be between 4KiB and merged_roll_bytes / 4")
+        return self
+
+
+class ArchiverConfig(_Model):
+    """When the archiver prunes rolled merged files (never the newest). Unset rules are off."""
+
+    retention_minutes: Annotated[float, Field(gt=0)] | None = None  # by a file's first timestamp
+    max_log_bytes: Size | None = None  # total size of the merged log
+    max_disk_usage_percent: Annotated[float, Field(gt=0, le=100)] = 90  # of the data filesystem
+    interval_ms: Annotated[int, Field(ge=10)] = 5000  # how often the leader checks
+    prune_inputs: bool = True  # delete in/ files once every record in them is merged
+
+
 class StreamConfig(_Model):
     """One stream: its nodes, publishers, subscribers, ports, TLS and data directories."""
 
@@ -188,6 +227,8 @@ class StreamConfig(_Model):
     load_balancer: str | None = None  # "host:port" in front of every node's push port
     tls: TlsConfig = TlsConfig()
     replication: ReplicationConfig = ReplicationConfig()
+    sequencer: SequencerConfig = SequencerConfig()
+    archiver: ArchiverConfig = ArchiverConfig()
 
     _stream = field_validator("stream")(classmethod(lambda cls, v: _check_stream(v)))
 

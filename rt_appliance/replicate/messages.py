@@ -59,6 +59,12 @@ class FrameType(IntEnum):
     PRUNE = 9
     METADATA = 10
     TOPOLOGY = 11
+    FETCH = 12  # node -> node: bytes of one file of in/<dir> or merged/ (repair, catch-up)
+    FETCHED = 13  # the answer to FETCH: JSON head, then the bytes
+    REPORT = 14  # sequencer -> leader: how far this node durably holds each input
+    STATUS = 15  # anyone -> sequencer: what is your state
+    STATE = 16  # the answer to STATUS or REPORT
+    NOT_LEADER = 17  # an operation that needs the leader reached another node; names the leader
 
 
 @dataclass(frozen=True, slots=True)

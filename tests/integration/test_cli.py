@@ -137,7 +137,7 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_demo_delivers_everything_once(tmp_path: Path) -> None:
     work = tmp_path / "demo"
-    out = rt("demo", "--workdir", str(work), "--duration", "2", "--rate", "2000")
+    out = rt("demo", "--single-host", "--workdir", str(work), "--duration", "2", "--rate", "2000")
     summary = json.loads((work / "summary.json").read_text())
     assert summary["published"] == 4000 and summary["delivered"] == 4000
     assert summary["missing"] == 0 and summary["duplicated"] == 0

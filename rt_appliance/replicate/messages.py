@@ -9,6 +9,14 @@ Control frames carry a JSON object; DATA frames carry bytes::
     | u16  | n B    | u64 LE   |  file header at offset 0)
     +------+--------+----------+------------------------+
 
+    FETCHED body (the answer to one FETCH):
+    0      2              2+n
+    +------+--------------+------------------------------+
+    | n    | head: JSON   |  raw bytes of the file from  |
+    | u16  | n B          |  head.position on (maybe 0)  |
+    +------+--------------+------------------------------+
+    head = {dir, position, file_size, next_file, oldest, missing}
+
 Conversation (client opens the TCP connection; ``->`` client to server):
 
 * ``-> HELLO {role, host, stream, version}``, ``<- WELCOME {node, stream}``
@@ -17,6 +25,9 @@ Conversation (client opens the TCP connection; ``->`` client to server):
 * pull: ``-> PULL {position}``, then ``<- DATA`` frames and ``<- PRUNE {before}``
   when the node deleted files; the client needs no acks (it resumes by itself);
 * ``-> METADATA {}``, ``<- TOPOLOGY {stream, nodes, leader}`` on any pull server;
+* fetch (role ``fetch``, node to node, on the pull server): any number of
+  ``-> FETCH {dir, position, max_bytes}``, each answered by one ``<- FETCHED``
+  (see :mod:`rt_appliance.replicate.fetch`);
 * ``ERROR {message, retryable}`` from either side before it closes.
 """
 
@@ -37,14 +48,17 @@ __all__ = [
     "FrameType",
     "decode_control",
     "decode_data",
+    "decode_fetched",
     "encode_control",
     "encode_data",
+    "encode_fetched",
     "require",
 ]
 
 PROTOCOL_VERSION = 1
 _DIR_LEN = struct.Struct("<H")
 _POSITION = struct.Struct("<Q")
+_HEAD_LEN = struct.Struct("<H")
 
 
 class FrameType(IntEnum):
@@ -109,6 +123,26 @@ def decode_data(body: bytes) -> Data:
         raise FrameError("DATA directory name is not UTF-8") from None
     (position,) = _POSITION.unpack_from(body, _DIR_LEN.size + n)
     return Data(name, Position(position), memoryview(body)[start:])
+
+
+def encode_fetched(head: dict[str, Any], payload: bytes | memoryview) -> list[bytes | memoryview]:
+    """FETCHED body pieces: the JSON ``head``, length-prefixed, then ``payload`` (not copied)."""
+    encoded = encode_control(head)
+    if len(encoded) > 0xFFFF:
+        raise FrameError(f"FETCHED head of {len(encoded)} bytes is too long")
+    return [_HEAD_LEN.pack(len(encoded)) + encoded, payload]
+
+
+def decode_fetched(body: bytes) -> tuple[dict[str, Any], memoryview]:
+    """The head (a JSON object) and the bytes of a FETCHED body."""
+    if len(body) < _HEAD_LEN.size:
+        raise FrameError("FETCHED frame too short")
+    (n,) = _HEAD_LEN.unpack_from(body)
+    start = _HEAD_LEN.size + n
+    if len(body) < start:
+        raise FrameError("FETCHED frame too short for its head")
+    head = decode_control(FrameType.FETCHED, body[_HEAD_LEN.size : start])
+    return head, memoryview(body)[start:]
 
 
 def require(fields: dict[str, Any], key: str, kind: type) -> Any:

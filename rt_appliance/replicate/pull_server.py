@@ -10,6 +10,10 @@ and nodes may pull)::
 No state is kept per client and nothing is acknowledged: the client says where its
 copy ends, the server streams from there and follows new data (one inotify watch
 wakes every connection). A pruned position gets ``ERROR {message, retryable, oldest}``.
+
+A node whose HELLO says role ``fetch`` (only nodes may) instead sends any number of
+``FETCH {dir, position, max_bytes}`` and gets one ``FETCHED`` each: raw bytes of one
+file of ``merged`` or ``in/<topic>.<host>`` (see :mod:`.fetch`).
 """
 
 from __future__ import annotations
@@ -30,12 +34,20 @@ from rt_appliance.errors import (
     CorruptLogError,
     FrameError,
     InvalidPositionError,
+    PeerRejectedError,
     PositionPrunedError,
     RTError,
     TransportError,
 )
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.position import Position
+from rt_appliance.replicate.fetch import (
+    FETCH_ROLE,
+    FetchRequest,
+    fetch_dir,
+    read_part,
+    send_fetched,
+)
 from rt_appliance.replicate.messages import FrameType, decode_control, require
 from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, finish_in_thread
 from rt_appliance.replicate.topology import (
@@ -55,7 +67,8 @@ log = logging.getLogger(__name__)
 _ROLES = {HostRole.SUBSCRIBER, HostRole.NODE}
 SHUTDOWN_GRACE_S = 2.0
 LAG_UPDATE_S = 1.0
-FRAME_MARGIN_BYTES = 16 << 10  # DATA head and directory name within max_frame_bytes
+FRAME_MARGIN_BYTES = 16 << 10  # DATA or FETCHED head within max_frame_bytes
+REFUSAL_DRAIN_S = 1.0
 
 
 class ServerMetrics:
@@ -70,6 +83,12 @@ class ServerMetrics:
         self.rejected = Counter("rt_pull_server_rejected", "Connections refused", registry=r)
         self.prunes = Counter("rt_pull_server_prunes_sent", "PRUNE frames sent", registry=r)
         self.lag = Gauge("rt_pull_server_lag_bytes", "Bytes unsent", ["peer"], registry=r)
+        self.fetches = Counter(
+            "rt_pull_server_fetches", "FETCH requests answered (FETCHED sent)", registry=r
+        )
+        self.fetched_bytes = Counter(
+            "rt_pull_server_fetched_bytes", "File bytes sent in FETCHED frames", registry=r
+        )
 
 
 class PullServer:
@@ -128,7 +147,10 @@ class PullServer:
         try:
             # TLS here rather than in the listener, so that refusals are counted and logged.
             await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
-            conn, _hello = await accept(reader, writer, self.config, self.name, _ROLES)
+            conn, hello = await accept(reader, writer, self.config, self.name, _ROLES)
+            fetcher = hello.get("role") == FETCH_ROLE
+            if fetcher:
+                await self._check_fetcher(conn)
         except (ssl.SSLError, OSError, TimeoutError, RTError) as exc:
             self.metrics.rejected.inc()
             log.warning("%s refused a pull connection from %s: %s", self.name, address, exc)
@@ -137,9 +159,10 @@ class PullServer:
         set_keepalive(writer)
         self.metrics.accepted.inc()
         self.metrics.connections.inc()
-        log.info("%s: %s connected from %s", self.name, conn.peer, address)
+        purpose = " to fetch" if fetcher else ""
+        log.info("%s: %s connected from %s%s", self.name, conn.peer, address, purpose)
         try:
-            await self._converse(conn)
+            await (self._serve_fetches(conn) if fetcher else self._converse(conn))
         except (RTError, TimeoutError) as exc:
             log.info("%s: %s (%s) disconnected: %s", self.name, conn.peer, address, exc)
         finally:
@@ -160,6 +183,53 @@ class PullServer:
             else:
                 await conn.error(f"unexpected frame type {frame_type}", retryable=False)
                 raise FrameError(f"{conn.peer} sent frame type {frame_type} before PULL")
+
+    async def _check_fetcher(self, conn: Connection) -> None:
+        """Refuse a ``fetch`` connection from a host that is not a node. It was already
+        welcomed (subscriber hosts may connect), so the ERROR goes out now and what the
+        client sent meanwhile is read until it closes: unread bytes would make the close
+        a reset, which could discard the ERROR before the client reads it."""
+        if self.config.role_of(conn.peer) is HostRole.NODE:
+            return
+        problem = f"host {conn.peer!r} is a {self.config.role_of(conn.peer)}: only nodes may FETCH"
+        await conn.error(problem, retryable=False)
+        with contextlib.suppress(RTError, TimeoutError):
+            async with asyncio.timeout(REFUSAL_DRAIN_S):
+                while True:
+                    await conn.receive()
+        raise PeerRejectedError(problem)
+
+    async def _serve_fetches(self, conn: Connection) -> None:
+        """Answer each FETCH with one FETCHED until the node leaves; anything else (a bad
+        request, another frame) gets an ERROR and ends the connection."""
+        while True:
+            frame_type, body = await conn.receive()
+            if frame_type != FrameType.FETCH:
+                await conn.error(f"unexpected frame type {frame_type}", retryable=False)
+                raise FrameError(f"{conn.peer} sent frame type {frame_type} instead of FETCH")
+            try:
+                request = FetchRequest.parse(decode_control(frame_type, body))
+                directory = fetch_dir(self.config, self.node, request.dir)
+            except (FrameError, PeerRejectedError) as exc:
+                log.warning("%s: refused a FETCH from %s: %s", self.name, conn.peer, exc)
+                await conn.error(str(exc), retryable=False)
+                raise
+            limit = min(request.max_bytes, self._chunk_bytes)
+            try:
+                fetched = await finish_in_thread(
+                    partial(read_part, directory, request.position, limit)
+                )
+            except RTError as exc:
+                log.error("%s: cannot answer a FETCH from %s: %s", self.name, conn.peer, exc)
+                await conn.error(f"{self.name} cannot read: {exc}", retryable=True)
+                raise
+            await send_fetched(conn, request.dir, fetched)
+            self.metrics.fetches.inc()
+            self.metrics.fetched_bytes.inc(len(fetched.data))
+            log.debug(
+                "%s: %s fetched %d bytes of %s at %s", self.name, conn.peer, len(fetched.data),
+                request.dir, request.position.format(),
+            )  # fmt: skip
 
     async def _pull(self, conn: Connection, position: Position) -> None:
         """Stream from ``position`` until the client leaves (or the server stops)."""

@@ -20,6 +20,7 @@ from rt_appliance.cli.pubsub_cmds import publish, subscribe
 from rt_appliance.cli.pull_cmds import pull_client, pull_server
 from rt_appliance.cli.push_cmds import push_client, push_server
 from rt_appliance.cli.replication_cmds import replication
+from rt_appliance.cli.sequencer_cmds import sequencer, status
 from rt_appliance.errors import RTError, UsageError
 
 
@@ -57,6 +58,8 @@ cli.add_command(replication)
 cli.add_command(certs)
 cli.add_command(pull_server)
 cli.add_command(pull_client)
+cli.add_command(sequencer)
+cli.add_command(status)
 
 
 def main() -> None:

@@ -1,0 +1,114 @@
+"""``rt sequencer`` and ``rt status``: the raft sequencer of an RT node, and the cluster's state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rt_appliance.cli.options import CONFIG, metrics_port_option
+from rt_appliance.config import load_config
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.daemons.runner import run_daemon
+from rt_appliance.errors import RTError, UsageError
+from rt_appliance.position import Position
+
+
+@click.command("sequencer")
+@CONFIG
+@click.option("--node", required=True, help="Name of this RT node (as in the config's nodes).")
+@metrics_port_option("sequencer_metrics")
+def sequencer(config_path: Path, node: str, metrics_port: int | None) -> None:
+    """Merge every publisher's input into this node's merged log, agreed through raft.
+
+    Runs on every RT node next to `rt push-server` (which fills <data_dir>/in/)
+    and `rt pull-server` (which serves <data_dir>/merged/). The nodes elect a
+    leader over raft (ports.raft, 7100, mutual TLS); followers report over the
+    control channel (ports.control, 8000) how far they durably hold each input;
+    the leader proposes ranges a majority holds, and every node appends the
+    committed ranges to its merged log, byte-identical across nodes. Without a
+    quorum merging pauses; a restarted node catches up by itself. The archiver
+    (config key archiver) prunes rolled merged files by policy through raft.
+    Prometheus metrics on ports.sequencer_metrics (4000). Runs until SIGTERM or
+    SIGINT. See docs/SEQUENCER.md.
+    """
+    from rt_appliance.sequencer.daemon import Sequencer
+
+    config = load_config(config_path)
+    daemon = Sequencer(config, node, metrics_port)
+    run_daemon(f"sequencer {node}", daemon.run)
+
+
+@click.command("status")
+@CONFIG
+@click.option(
+    "--as",
+    "as_host",
+    default=None,
+    help="Host whose certificate to connect with  [default: the first host with a key in tls.dir]",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
+    """Show every node of the stream: role, term, commit index, merged position, digest,
+    lag per input and disk use.
+
+    Asks each node's sequencer over the control channel (mutual TLS). Nodes at the
+    same merged seq with the same digest hold byte-identical merged logs. Exit
+    status 1 if a node cannot be reached or its merger is halted.
+    """
+    config = load_config(config_path)
+    who = as_host or _default_identity(config)
+    doc = asyncio.run(_gather(config, who))
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        _print_table(doc)
+    if any(not n["reachable"] or n.get("halted") for n in doc["nodes"]):
+        raise SystemExit(1)
+
+
+def _default_identity(config: StreamConfig) -> str:
+    for host in config.all_hosts():
+        if config.tls.key(host.name).exists():
+            return host.name
+    raise UsageError(f"no host key found in {config.tls.dir}; pass --as HOST")
+
+
+async def _gather(config: StreamConfig, who: str) -> dict[str, Any]:
+    from rt_appliance.sequencer.control import query_status
+
+    async def one(name: str) -> dict[str, Any]:
+        try:
+            found = await asyncio.wait_for(query_status(config, who, name), 8)
+            return {"reachable": True, "error": None, **found}
+        except (RTError, OSError, TimeoutError) as exc:
+            return {"name": name, "reachable": False, "error": str(exc) or type(exc).__name__}
+
+    nodes = await asyncio.gather(*(one(n.name) for n in config.nodes))
+    leaders = {n.get("leader") for n in nodes if n["reachable"] and n.get("role") == "leader"}
+    leader = next(iter(leaders)) if len(leaders) == 1 else None
+    return {"stream": config.stream, "leader": leader, "nodes": list(nodes)}
+
+
+def _print_table(doc: dict[str, Any]) -> None:
+    click.echo(f"stream {doc['stream']}, leader {doc['leader'] or '(none)'}")
+    click.echo(
+        f"{'node':<12} {'role':<10} {'term':>5} {'commit':>8} {'seq':>8} "
+        f"{'position':<22} {'digest':<18} {'disk':>6}  lag per input"
+    )
+    for n in doc["nodes"]:
+        if not n["reachable"]:
+            click.echo(f"{n['name']:<12} unreachable: {n['error']}")
+            continue
+        lag = ", ".join(f"{k}={v['lag_bytes']}" for k, v in n["inputs"].items()) or "-"
+        digest = (n["digest"] or "?")[:16]
+        click.echo(
+            f"{n['name']:<12} {n['role']:<10} {n['term']:>5} {n['commit_index']:>8} "
+            f"{n['merged_seq']:>8} {Position(n['merged_position']).format():<22} {digest:<18} "
+            f"{n['disk']['used_percent']:>5}%  {lag}"
+        )
+        if n.get("halted"):
+            click.echo(f"{'':<12} merger halted: {n['halted']}")

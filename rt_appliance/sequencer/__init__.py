@@ -1,0 +1,1 @@
+"""The sequencer: raft-ordered merging of every input into one merged log."""

@@ -1,0 +1,224 @@
+"""The sequencer's control channel (``ports.control``, mutual TLS, the replication framing).
+
+Requests, each answered by one frame:
+
+* ``REPORT {"extents": {dir: position}}`` from a node's sequencer: how far it
+  durably holds each input. Only the leader takes reports; any other node answers
+  ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader.
+* ``STATUS {}`` from any host of the stream (``rt status``): answered ``STATE``
+  with this node's status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from rt_appliance.config.model import HostRole, StreamConfig
+from rt_appliance.errors import FrameError, RTError, TransportError
+from rt_appliance.replicate.messages import FrameType, decode_control, require
+from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, connect
+from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.tls import client_context, server_context
+
+__all__ = ["ControlServer", "Reporter", "query_status"]
+
+log = logging.getLogger(__name__)
+
+_ALL_ROLES = {HostRole.NODE, HostRole.PUBLISHER, HostRole.SUBSCRIBER}
+STATUS_ROLE = "status"
+REPORT_ROLE = "sequencer"
+
+
+class ControlServer:
+    """Answers REPORT (leader only) and STATUS on ``node.host:ports.control``."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        node_name: str,
+        leader: Callable[[], str | None],
+        on_report: Callable[[str, dict[str, int]], None],
+        status: Callable[[], dict[str, Any]],
+        on_refused: Callable[[], None],
+    ) -> None:
+        self.config, self.name = config, node_name
+        self.leader, self.on_report, self.status, self.on_refused = (
+            leader,
+            on_report,
+            status,
+            on_refused,
+        )
+        self._context = server_context(config.tls, node_name)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        host, port = self.config.node(self.name).host, self.config.ports.control
+        self._server = await listen_before_tls(host, port, self._handle)
+        log.info("control channel on %s:%d", host, port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._connection(reader, writer)
+        finally:
+            self._tasks.discard(task)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        address = ":".join(str(p) for p in writer.get_extra_info("peername")[:2])
+        try:
+            await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
+            conn, _hello = await accept(reader, writer, self.config, self.name, _ALL_ROLES)
+        except (ssl.SSLError, OSError, TimeoutError, RTError) as exc:
+            self.on_refused()
+            log.warning("control: refused a connection from %s: %s", address, exc)
+            writer.close()
+            return
+        set_keepalive(writer)
+        try:
+            while True:
+                frame_type, body = await conn.receive()
+                fields = decode_control(frame_type, body)
+                if frame_type == FrameType.REPORT:
+                    await self._report(conn, fields)
+                elif frame_type == FrameType.STATUS:
+                    await conn.send(FrameType.STATE, self.status())
+                else:
+                    raise FrameError(f"unexpected frame type {frame_type} on the control channel")
+        except (RTError, asyncio.IncompleteReadError, OSError, ssl.SSLError) as exc:
+            if not isinstance(exc, asyncio.IncompleteReadError):
+                log.info("control: connection from %s ended: %s", conn.peer, exc)
+                await conn.error(str(exc), retryable=True)
+        finally:
+            await conn.close()
+
+    async def _report(self, conn: Connection, fields: dict[str, Any]) -> None:
+        if self.config.role_of(conn.peer) is not HostRole.NODE:
+            raise FrameError(f"{conn.peer} is not a node and cannot report extents")
+        leader = self.leader()
+        if leader != self.name:
+            await conn.send(FrameType.NOT_LEADER, {"leader": leader})
+            return
+        extents = require(fields, "extents", dict)
+        clean = {str(k): int(v) for k, v in extents.items() if isinstance(v, int) and v >= 0}
+        self.on_report(conn.peer, clean)
+        await conn.send(FrameType.STATE, {"leader": self.name})
+
+
+class Reporter:
+    """A follower's task: send this node's extents to the leader, on change and periodically."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        node_name: str,
+        leader: Callable[[], str | None],
+        extents: Callable[[], dict[str, int]],
+        changed: asyncio.Event,
+    ) -> None:
+        self.config, self.name, self.leader, self.extents, self.changed = (
+            config,
+            node_name,
+            leader,
+            extents,
+            changed,
+        )
+        self._context = client_context(config.tls, node_name)
+        self.sent = 0
+
+    async def run(self) -> None:
+        interval = self.config.sequencer.report_interval_ms / 1000
+        conn: Connection | None = None
+        target: str | None = None
+        while True:
+            leader = self.leader()
+            if leader is None or leader == self.name:
+                if conn is not None:
+                    await conn.close()
+                    conn = None
+                await self._wait(interval)
+                continue
+            try:
+                if conn is None or target != leader:
+                    if conn is not None:
+                        await conn.close()
+                    conn, target = await self._dial(leader), leader
+                extents = await asyncio.to_thread(self.extents)
+                await conn.send(FrameType.REPORT, {"extents": extents})
+                frame_type, body = await asyncio.wait_for(conn.receive(), 5.0)
+                self.sent += 1
+                if frame_type == FrameType.NOT_LEADER:
+                    log.info(
+                        "control: %s is not the leader (it names %s)",
+                        leader,
+                        decode_control(frame_type, body).get("leader"),
+                    )
+                    await conn.close()
+                    conn = None
+                    await self._wait(interval)
+                    continue
+            except (
+                RTError,
+                OSError,
+                ssl.SSLError,
+                TimeoutError,
+                asyncio.IncompleteReadError,
+            ) as exc:
+                log.info("control: report to %s failed: %s", leader, exc)
+                if conn is not None:
+                    await conn.close()
+                conn = None
+                await self._wait(interval)
+                continue
+            await self._wait(interval)
+
+    async def _wait(self, interval: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), interval)
+        self.changed.clear()
+
+    async def _dial(self, leader: str) -> Connection:
+        node = self.config.node(leader)
+        conn, _ = await connect(
+            node.host,
+            self.config.ports.control,
+            self._context,
+            self.config,
+            self.name,
+            REPORT_ROLE,
+            leader,
+        )
+        return conn
+
+
+async def query_status(config: StreamConfig, as_host: str, node_name: str) -> dict[str, Any]:
+    """One node's status over its control channel (``as_host``: whose certificate to use)."""
+    node = config.node(node_name)
+    context = client_context(config.tls, as_host)
+    conn, _ = await connect(
+        node.host, config.ports.control, context, config, as_host, STATUS_ROLE, node_name
+    )
+    try:
+        await conn.send(FrameType.STATUS, {})
+        frame_type, body = await asyncio.wait_for(conn.receive(), 5.0)
+        if frame_type != FrameType.STATE:
+            raise TransportError(f"{node_name} answered frame type {frame_type} to STATUS")
+        return decode_control(frame_type, body)
+    finally:
+        await conn.close()

@@ -1,0 +1,302 @@
+"""``rt sequencer``: raft, the control channel, the planner, the merger and the archiver.
+
+Threads: pysyncobj's tick thread (raft and ``apply``), the merger, an inotify
+watcher of ``in/``; everything else runs on the asyncio loop. Files of a node::
+
+    <data_dir>/in/<topic>.<host>/   inputs (written by the push server)
+    <data_dir>/merged/              the merged log (written by the merger)
+    <data_dir>/raft/                raft journal and snapshot
+    <data_dir>/log-history.jsonl    one line per archiver prune
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.daemons.runner import serve_metrics
+from rt_appliance.log.segments import bytes_after
+from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.position import Position
+from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.sequencer import archiver
+from rt_appliance.sequencer.control import ControlServer, Reporter
+from rt_appliance.sequencer.inputs import Inputs
+from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.merged import MergedLog
+from rt_appliance.sequencer.merger import Merger
+from rt_appliance.sequencer.planner import Planner
+from rt_appliance.sequencer.raft import RaftNode
+from rt_appliance.sequencer.state import Prune
+
+__all__ = ["Sequencer", "leader_file"]
+
+log = logging.getLogger(__name__)
+
+
+def leader_file(config: StreamConfig, node_name: str) -> Path:
+    """Where the sequencer publishes the leader's name for this node's other daemons."""
+    return config.data_dir_of(config.node(node_name)) / "leader"
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.is_leader = Gauge("rt_sequencer_is_leader", "1 on the raft leader", registry=r)
+        self.term = Gauge("rt_sequencer_raft_term", "Raft term", registry=r)
+        self.commit = Gauge("rt_sequencer_raft_commit_index", "Raft commit index", registry=r)
+        self.quorum = Gauge("rt_sequencer_has_quorum", "1 when raft has a quorum", registry=r)
+        self.merged_seq = Gauge(
+            "rt_sequencer_merged_seq", "Merged records written here", registry=r
+        )
+        self.committed_seq = Gauge("rt_sequencer_committed_seq", "Merges committed", registry=r)
+        self.merged_bytes = Gauge(
+            "rt_sequencer_merged_position_bytes", "Offset in the newest merged file", registry=r
+        )
+        self.input_lag = Gauge(
+            "rt_sequencer_input_lag_bytes",
+            "Input bytes held here, not yet merged",
+            ["input"],
+            registry=r,
+        )
+        self.proposed = Counter("rt_sequencer_proposed", "Merges proposed (leader)", registry=r)
+        self.rejected = Gauge("rt_sequencer_rejected", "Instructions rejected by apply", registry=r)
+        self.halted = Gauge("rt_sequencer_halted", "1 while the merger cannot proceed", registry=r)
+        self.fetched = Gauge(
+            "rt_sequencer_fetched_inputs", "Merges built from peers' input", registry=r
+        )
+        self.copied = Gauge(
+            "rt_sequencer_copied_records", "Merged records copied from peers", registry=r
+        )
+        self.refused = Counter(
+            "rt_sequencer_refused",
+            "Raft/control connections or frames refused",
+            ["what"],
+            registry=r,
+        )
+        self.pruned = Gauge("rt_sequencer_pruned_files", "Merged files pruned here", registry=r)
+        self.disk = Gauge("rt_sequencer_disk_used_percent", "Data filesystem use", registry=r)
+
+
+class Sequencer:
+    """One node's sequencer; :meth:`run` until cancelled."""
+
+    def __init__(self, config: StreamConfig, node_name: str, metrics_port: int | None) -> None:
+        self.config, self.name = config, node_name
+        node = config.node(node_name)
+        self.data_dir = config.data_dir_of(node)
+        self.metrics_port = config.ports.sequencer_metrics if metrics_port is None else metrics_port
+        self.metrics = _Metrics()
+        self.machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+        self.inputs = Inputs(self.data_dir / "in", sync=config.replication.fsync != "never")
+        self.merged = MergedLog(self.data_dir / "merged")
+        self.fetcher = PeerFetcher(config, node_name)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake = asyncio.Event()
+        self._inputs_changed = asyncio.Event()
+        self.merger = Merger(
+            config,
+            node_name,
+            self.machine,
+            self.merged,
+            self.inputs,
+            self.fetcher,
+            self.data_dir / "log-history.jsonl",
+        )
+        self.raft = RaftNode(config, node_name, self.data_dir / "raft", self.machine)
+        self.raft.set_refusal_hook(lambda what: self.metrics.refused.labels(what).inc())
+        self.planner = Planner(config, node_name, self.machine, self.inputs, self.raft, self.wake)
+        self.machine.listeners.append(self.wake)
+        self._stop = threading.Event()
+        self._leader_seen: str | None = "?"
+
+    def wake(self) -> None:
+        loop = self._loop
+        if loop is not None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+    def leader(self) -> str | None:
+        return self.raft.status().leader
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        serve_metrics(self.metrics.registry, self.config.node(self.name).host, self.metrics_port)
+        self.merger.start()
+        watcher = threading.Thread(target=self._watch_inputs, name="in-watch", daemon=True)
+        watcher.start()
+        control = ControlServer(
+            self.config,
+            self.name,
+            self.leader,
+            self._on_report,
+            self.status,
+            lambda: self.metrics.refused.labels("control").inc(),
+        )
+        await control.start()
+        reporter = Reporter(
+            self.config, self.name, self.leader, self.inputs.extents, self._inputs_changed
+        )
+        tasks = [
+            asyncio.create_task(reporter.run(), name="reporter"),
+            asyncio.create_task(self._plan_loop(), name="planner"),
+            asyncio.create_task(self._archive_loop(), name="archiver"),
+            asyncio.create_task(self._observe_loop(), name="observer"),
+        ]
+        log.info(
+            "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
+        )
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await control.stop()
+            self._stop.set()
+            self.raft.destroy()
+            self.merger.stop()
+            self.fetcher.close()
+            self.merged.close()
+
+    def _on_report(self, node: str, extents: dict[str, int]) -> None:
+        self.planner.report(node, extents)
+        self._wake.set()
+
+    def _watch_inputs(self) -> None:
+        in_dir = self.data_dir / "in"
+        watched: list[str] = []
+        w: DirectoryWatcher | None = None
+        while not self._stop.is_set():
+            names = self.inputs.names()
+            if names != watched or w is None:
+                if w is not None:
+                    w.close()
+                in_dir.mkdir(parents=True, exist_ok=True)
+                try:
+                    w = DirectoryWatcher(in_dir, *(in_dir / n for n in names))
+                except OSError:
+                    time.sleep(0.1)
+                    continue
+                watched = names
+            if w.wait(0.2):
+                loop = self._loop
+                if loop is not None:
+                    loop.call_soon_threadsafe(self._inputs_changed.set)
+                    loop.call_soon_threadsafe(self._wake.set)
+        if w is not None:
+            w.close()
+
+    async def _plan_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.05)
+            self._wake.clear()
+            if self.raft.is_leader():
+                made = await asyncio.to_thread(self.planner.step)
+                if made:
+                    self.metrics.proposed.inc(made)
+
+    async def _archive_loop(self) -> None:
+        policy = self.config.archiver
+        while True:
+            await asyncio.sleep(policy.interval_ms / 1000)
+            if not self.raft.is_leader():
+                continue
+            files = archiver.merged_files(self.merged.directory)
+            disk = archiver.disk_usage(self.data_dir)
+            decision = archiver.decide(files, time.time_ns(), disk, policy)
+            committed = self.machine.committed()
+            if decision is None or decision[0] <= committed.pruned_below:
+                continue
+            below, reason = decision
+            log.info("archiver: proposing to prune merged rolls below %d (%s)", below, reason)
+            done = asyncio.Event()
+            self.raft.propose(Prune(below, reason, time.time_ns()).encode(), _setter(done))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), 10)
+
+    async def _observe_loop(self) -> None:
+        path = leader_file(self.config, self.name)
+        while True:
+            status = self.raft.status()
+            m = self.metrics
+            m.is_leader.set(1 if status.role == "leader" else 0)
+            m.term.set(status.term)
+            m.commit.set(status.commit_index)
+            m.quorum.set(1 if status.has_quorum else 0)
+            m.merged_seq.set(self.merged.seq)
+            m.committed_seq.set(self.machine.state.seq)
+            m.merged_bytes.set(Position(self.merged.end).offset)
+            m.rejected.set(self.machine.state.rejected)
+            m.halted.set(1 if self.merger.halted else 0)
+            m.fetched.set(self.merger.fetched_inputs)
+            m.copied.set(self.merger.copied_records)
+            m.pruned.set(self.merger.pruned_files)
+            if status.leader != self._leader_seen:
+                log.info(
+                    "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
+                )
+                self._leader_seen = status.leader
+                tmp = path.with_name(".leader.new")
+                tmp.write_text((status.leader or "") + "\n")
+                tmp.replace(path)
+            await asyncio.sleep(0.2)
+
+    def status(self) -> dict[str, Any]:
+        raft = self.raft.status()
+        state = self.machine.committed()
+        inputs: dict[str, Any] = {}
+        for name, held in self.inputs.extents().items():
+            merged = state.inputs.get(name)
+            lag = 0
+            if merged is not None:
+                p = Position(merged)
+                lag = bytes_after(self.inputs.get(name).path, p.session, p.roll, p.offset)
+            inputs[name] = {"held": held, "merged": merged, "lag_bytes": lag}
+            self.metrics.input_lag.labels(name).set(lag)
+        disk = archiver.disk_usage(self.data_dir)
+        self.metrics.disk.set(disk.percent)
+        return {
+            "name": self.name,
+            "role": raft.role,
+            "leader": raft.leader,
+            "term": raft.term,
+            "commit_index": raft.commit_index,
+            "last_applied": raft.last_applied,
+            "has_quorum": raft.has_quorum,
+            "connected": raft.connected,
+            "merged_seq": self.merged.seq,
+            "merged_position": self.merged.end,
+            "digest": self.merger.digest,
+            "committed_seq": state.seq,
+            "committed_digest": state.digest,
+            "pruned_below_roll": state.pruned_below,
+            "rejected": state.rejected,
+            "halted": self.merger.halted or None,
+            "inputs": inputs,
+            "disk": {
+                "total_bytes": disk.total_bytes,
+                "used_bytes": disk.used_bytes,
+                "used_percent": round(disk.percent, 1),
+            },
+            "refused": dict(self.raft.refusals),
+        }
+
+
+def _setter(event: asyncio.Event) -> Callable[[bool, str], None]:
+    """A raft callback (raft's thread) that sets ``event`` on the running loop."""
+    loop = asyncio.get_running_loop()
+
+    def done(ok: bool, why: str) -> None:
+        loop.call_soon_threadsafe(event.set)
+
+    return done

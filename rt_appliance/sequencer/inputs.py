@@ -1,0 +1,241 @@
+"""The node's inputs: the replicas under ``in/`` that the push server writes.
+
+For each input directory ``in/<topic>.<host>`` the sequencer needs how far this
+node durably holds it (its *extent*: the end of the whole, CRC-valid records of
+the newest file, synced to disk), and to read whole records from a position for
+merging. Files are read, never written: the push server owns them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rt_appliance.log.format import RECORD_HEADER, decode_file_header
+from rt_appliance.log.naming import parse_publisher_dir
+from rt_appliance.log.scan import Stop, scan
+from rt_appliance.log.segments import StreamFile, list_files
+from rt_appliance.position import Position
+
+__all__ = ["InputDir", "Inputs", "Records", "filter_records"]
+
+log = logging.getLogger(__name__)
+
+_HEADER_PROBE = 1024
+_SCAN_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Records:
+    """Whole records read from one input file: ``data`` covers [start, end)."""
+
+    start: Position
+    end: Position
+    data: bytes
+    ids: list[int]
+    offsets: list[int]  # of each record, relative to ``data``
+    first_ts: int
+
+
+def filter_records(records: Records, watermark: int | None) -> tuple[bytes, int, int | None]:
+    """The records a merge keeps: all, or for a dedup topic those with id > watermark.
+
+    Returns (bytes, count, new watermark).
+    """
+    if watermark is None:
+        return records.data, len(records.ids), None
+    kept: list[bytes] = []
+    high = watermark
+    ends = [*records.offsets[1:], len(records.data)]
+    for record_id, off, end in zip(records.ids, records.offsets, ends, strict=True):
+        if record_id > high:
+            kept.append(records.data[off:end])
+            high = record_id
+    return b"".join(kept), len(kept), high
+
+
+class InputDir:
+    """One input directory: its files and the valid end of the newest one."""
+
+    def __init__(self, path: Path, sync: bool) -> None:
+        self.path, self.name, self._sync = path, path.name, sync
+        self._scanned: tuple[tuple[int, int], int] | None = None  # (file key, valid end)
+        self._synced: tuple[tuple[int, int], int] | None = None
+
+    def files(self) -> list[StreamFile]:
+        return list_files(self.path)
+
+    def extent(self) -> Position:
+        """How far this node durably holds this input (0: nothing yet)."""
+        files = self.files()
+        if not files:
+            return Position(0)
+        newest = files[-1]
+        end = self._valid_end(newest)
+        if end is None:
+            return Position(0) if len(files) == 1 else _end_of(files[-2])
+        if self._sync and self._synced != (newest.key, end):
+            try:
+                fd = os.open(newest.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return Position(0)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+            self._synced = (newest.key, end)
+        return Position.of(newest.session, newest.roll, end)
+
+    def _valid_end(self, f: StreamFile) -> int | None:
+        """End of the whole valid records of ``f`` (scanning only what is new)."""
+        start: int | None = None
+        if self._scanned is not None and self._scanned[0] == f.key:
+            start = self._scanned[1]
+        try:
+            fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            if start is None:
+                header = decode_file_header(os.pread(fd, _HEADER_PROBE, 0))
+                if isinstance(header, str):
+                    return None
+                start = header.header_bytes
+            size = os.fstat(fd).st_size
+            while start < size:
+                buf = os.pread(fd, min(_SCAN_CHUNK, size - start), start)
+                found = scan(buf, 0, 1 << 30, decode=False)
+                if found.stop_offset == 0:
+                    if found.stop is Stop.NEED_MORE and len(buf) >= _SCAN_CHUNK:
+                        length = RECORD_HEADER.size + _record_length(buf)
+                        buf = os.pread(fd, length, start)
+                        found = scan(buf, 0, 1, decode=False)
+                        if found.stop_offset:
+                            start += found.stop_offset
+                            continue
+                    break
+                start += found.stop_offset
+        finally:
+            os.close(fd)
+        self._scanned = (f.key, start)
+        return start
+
+    def first_record(self) -> Position | None:
+        """Where the oldest file's records start."""
+        files = self.files()
+        if not files:
+            return None
+        header = _header_bytes(files[0].path)
+        return None if header is None else Position.of(files[0].session, files[0].roll, header)
+
+    def next_file_start(self, after: Position) -> Position | None:
+        """The first record of the first file after the file of ``after``."""
+        for f in self.files():
+            if f.key > after.file_key:
+                header = _header_bytes(f.path)
+                return None if header is None else Position.of(f.session, f.roll, header)
+        return None
+
+    def file_end(self, at: Position) -> int | None:
+        """The valid end of the file ``at`` is in, if this node has that file."""
+        files = self.files()
+        for f in files:
+            if f.key == at.file_key:
+                if f.key == files[-1].key:
+                    return self._valid_end(f)
+                return _end_of(f).offset
+        return None
+
+    def read(self, start: Position, limit: Position, max_bytes: int) -> Records | None:
+        """Whole records from ``start`` up to ``limit`` (same file) or the file's valid end,
+        at most ``max_bytes`` (at least one record); None if there are none here."""
+        path = self.path / f"log.{start.session}.{start.roll}"
+        end_here = self.file_end(start)
+        if end_here is None:
+            return None
+        stop = end_here if limit.file_key != start.file_key else min(end_here, limit.offset)
+        if stop <= start.offset:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            buf = os.pread(fd, min(stop - start.offset, max_bytes), start.offset)
+            found = scan(buf, 0, 1 << 30, decode=True)
+            if not found.offsets:  # one record larger than max_bytes
+                length = RECORD_HEADER.size + _record_length(buf)
+                buf = os.pread(fd, length, start.offset)
+                found = scan(buf, 0, 1, decode=True)
+        finally:
+            os.close(fd)
+        if not found.offsets:
+            return None
+        data = buf[: found.stop_offset]
+        return Records(
+            start,
+            start.with_offset(start.offset + found.stop_offset),
+            data,
+            found.ids,
+            found.offsets,
+            found.timestamps_ns[0],
+        )
+
+    def read_exact(self, start: Position, end: Position) -> bytes | None:
+        """The bytes [start, end) of one file if this node holds them all."""
+        path = self.path / f"log.{start.session}.{start.roll}"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            data = os.pread(fd, end.offset - start.offset, start.offset)
+        finally:
+            os.close(fd)
+        return data if len(data) == end.offset - start.offset else None
+
+
+class Inputs:
+    """Every input directory of this node's ``in/``."""
+
+    def __init__(self, in_dir: Path, sync: bool) -> None:
+        self.in_dir, self._sync = in_dir, sync
+        self._dirs: dict[str, InputDir] = {}
+
+    def get(self, name: str) -> InputDir:
+        d = self._dirs.get(name)
+        if d is None:
+            d = self._dirs[name] = InputDir(self.in_dir / name, self._sync)
+        return d
+
+    def names(self) -> list[str]:
+        try:
+            found = [n for n in os.listdir(self.in_dir) if parse_publisher_dir(n) is not None]
+        except FileNotFoundError:
+            found = []
+        return sorted(set(found) | set(self._dirs))
+
+    def extents(self) -> dict[str, int]:
+        return {name: int(self.get(name).extent()) for name in self.names()}
+
+
+def _header_bytes(path: Path) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            header = decode_file_header(f.read(_HEADER_PROBE))
+    except FileNotFoundError:
+        return None
+    return None if isinstance(header, str) else header.header_bytes
+
+
+def _end_of(f: StreamFile) -> Position:
+    try:
+        return Position.of(f.session, f.roll, f.path.stat().st_size)
+    except FileNotFoundError:
+        return Position(0)
+
+
+def _record_length(buf: bytes) -> int:
+    return int.from_bytes(buf[4:8], "little") if len(buf) >= 8 else 0

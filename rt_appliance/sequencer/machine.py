@@ -1,0 +1,83 @@
+"""The state machine raft drives: the committed state plus the work it left for the merger.
+
+``apply`` runs in raft's thread for every committed command, in order, on every
+node. It updates :class:`SequencerState` and queues what the merger must do
+(write a merged record, prune files). Snapshots hold the state and the queued
+work the merger has not done yet, so compacting raft's log never loses an
+instruction this node still has to write.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rt_appliance.sequencer.state import Merge, Prune, SequencerState, decode_instruction
+
+__all__ = ["Committed", "SequencerMachine"]
+
+
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """One applied instruction, with what the merger needs to carry it out."""
+
+    instruction: Merge | Prune
+    command: bytes
+    watermark_before: int | None  # dedup topics: the watermark the merge filters against
+    digest_after: str  # the state's digest once this merge is applied
+
+
+class SequencerMachine:
+    """Committed state, guarded by a lock; the merger consumes :attr:`pending`."""
+
+    def __init__(self, stream: str, roll_bytes: int) -> None:
+        self.cond = threading.Condition()
+        self.state = SequencerState(stream, roll_bytes)
+        self.pending: collections.deque[Committed] = collections.deque()
+        self.restored: tuple[int, str] | None = None  # (seq, digest) of a restored snapshot
+        self.listeners: list[Callable[[], None]] = []
+        self.before_snapshot: Callable[[], None] = lambda: None
+
+    def apply(self, command: bytes) -> bool:
+        with self.cond:
+            ins = decode_instruction(command)
+            before = self.state.watermark_of(ins.dir) if isinstance(ins, Merge) else None
+            applied = self.state.apply(command)
+            if applied is None:
+                return False
+            self.pending.append(Committed(applied, command, before, self.state.digest))
+            self.cond.notify_all()
+        for listener in self.listeners:
+            listener()
+        return True
+
+    def committed(self) -> SequencerState:
+        with self.cond:
+            return self.state.copy()
+
+    def snapshot(self) -> dict[str, Any]:
+        self.before_snapshot()  # the merger syncs what it wrote: only pending work is owed
+        with self.cond:
+            return {
+                "state": self.state.to_json(),
+                "pending": [
+                    [base64.b64encode(c.command).decode(), c.watermark_before, c.digest_after]
+                    for c in self.pending
+                ],
+            }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        with self.cond:
+            self.state = SequencerState.from_json(snapshot["state"])
+            self.pending.clear()
+            for command_b64, before, digest in snapshot.get("pending", []):
+                command = base64.b64decode(command_b64)
+                ins = decode_instruction(command)
+                if not isinstance(ins, str):
+                    self.pending.append(Committed(ins, command, before, digest))
+            self.restored = (self.state.seq, self.state.digest)
+            self.cond.notify_all()

@@ -1,0 +1,209 @@
+"""This node's merged log: ``merged/log.1.R``, written only by the sequencer's merger.
+
+Every record is a range record (its id is the merge sequence number) followed by
+the input records it covers. File names, headers (stamped with the timestamp of
+the instruction that opened the file) and contents are decided by raft, so the
+files are byte-identical on every node.
+
+On start the newest file is scanned: a torn tail (a crash mid-write) is cut off
+(raft re-applies those instructions), and a file that holds only a header is
+removed (the same instruction recreates it identically).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rt_appliance.errors import CorruptLogError, LogError
+from rt_appliance.log.format import KIND_RANGE, RECORD_HEADER, decode_file_header, decode_range
+from rt_appliance.log.recovery import remove_temporary_files
+from rt_appliance.log.scan import check_record
+from rt_appliance.log.segments import DirectoryLock, StreamFile, fsync_dir, list_files
+from rt_appliance.log.writer import create_stream_file, write_all
+from rt_appliance.position import Position
+from rt_appliance.sequencer.state import MERGED_SESSION
+
+__all__ = ["MergedLog", "MergedRecord", "parse_merged_records"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class MergedRecord:
+    """One merged record as found in a file: a range record and the records it covers."""
+
+    seq: int
+    offset: int  # in its file
+    nbytes: int
+    crc: int  # zlib CRC-32 of all ``nbytes``
+
+
+def parse_merged_records(buf: bytes, base: int) -> tuple[list[MergedRecord], int, str]:
+    """Whole merged records of ``buf`` (which starts at file offset ``base``).
+
+    Returns (records, bytes consumed, problem); problem is "" or "incomplete" at a
+    clean stop, else what is wrong at the stop.
+    """
+    records: list[MergedRecord] = []
+    off = 0
+    while off < len(buf):
+        kind, end, problem = check_record(buf, off)
+        if problem:
+            return records, off, problem
+        if kind != KIND_RANGE:
+            return records, off, "a message record where a range record was expected"
+        length = int.from_bytes(buf[off + 4 : off + 8], "little")
+        rng = decode_range(buf[off + RECORD_HEADER.size : off + RECORD_HEADER.size + length])
+        if isinstance(rng, str):
+            return records, off, rng
+        total = end - off + rng.range_bytes
+        if off + total > len(buf):
+            return records, off, "incomplete"
+        inner = end
+        count = 0
+        while inner < off + total:
+            k, inner_end, p = check_record(buf[: off + total], inner)
+            if p or k == KIND_RANGE:
+                return records, off, p or "a range inside a range"
+            inner, count = inner_end, count + 1
+        if count != rng.record_count:
+            return records, off, f"range says {rng.record_count} records, holds {count}"
+        seq = int.from_bytes(buf[off + 20 : off + 28], "little", signed=True)
+        records.append(MergedRecord(seq, base + off, total, zlib.crc32(buf[off : off + total])))
+        off += total
+    return records, off, ""
+
+
+class MergedLog:
+    """Appends merged records at the positions raft decided."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        self._lock = DirectoryLock(directory)
+        remove_temporary_files(directory)
+        self._fd = -1
+        self.roll = -1
+        self.size = 0
+        self.seq = 0  # id of the last record in the newest file (0: none)
+        self.recover()
+
+    @property
+    def end(self) -> int:
+        """Position after the last record (0: empty log)."""
+        return 0 if self.roll < 0 else int(Position.of(MERGED_SESSION, self.roll, self.size))
+
+    def files(self) -> list[StreamFile]:
+        return list_files(self.directory)
+
+    def recover(self) -> None:
+        """Open the newest file at the end of its whole records, cutting a torn tail."""
+        self._close()
+        while True:
+            files = self.files()
+            if not files:
+                self.roll, self.size, self.seq = -1, 0, 0
+                return
+            newest = files[-1]
+            data = newest.path.read_bytes()
+            header = decode_file_header(data[:1024])
+            if isinstance(header, str):
+                log.warning("merged log: removing %s with a torn header (%s)", newest.path, header)
+                newest.path.unlink()
+                continue
+            records, used, problem = parse_merged_records(
+                data[header.header_bytes :], header.header_bytes
+            )
+            if not records:
+                log.warning("merged log: removing %s, which holds no whole record", newest.path)
+                newest.path.unlink()
+                fsync_dir(self.directory)
+                continue
+            end = header.header_bytes + used
+            if end < len(data):
+                if problem not in ("", "incomplete"):
+                    log.warning("merged log: %s at %d: %s", newest.path, end, problem)
+                log.warning(
+                    "merged log: cutting %d bytes after %s offset %d (raft re-applies them)",
+                    len(data) - end,
+                    newest.path,
+                    end,
+                )
+                os.truncate(newest.path, end)
+            self._open(newest.path)
+            self.roll, self.size, self.seq = newest.roll, end, records[-1].seq
+            return
+
+    def append(self, position: int, data: bytes, header: bytes) -> None:
+        """Write ``data`` at ``position``; ``header`` starts the file if it is new."""
+        pos = Position(position)
+        if pos.roll != self.roll:
+            if pos.roll < self.roll or pos.offset != len(header):
+                raise LogError(f"merged record at {pos} does not follow {Position(self.end)}")
+            self._start_file(pos.roll, header)
+        if pos.offset != self.size:
+            raise LogError(f"merged record at {pos} does not follow {Position(self.end)}")
+        path = self.directory / f"log.{MERGED_SESSION}.{self.roll}"
+        write_all(self._fd, data, path, self.size)
+        self.size += len(data)
+        self.seq = int.from_bytes(data[20:28], "little", signed=True)
+
+    def append_raw(self, roll: int, offset: int, data: bytes, last_seq: int) -> None:
+        """Copy bytes of a peer's file ``roll`` (header included when ``offset`` is 0)."""
+        if roll != self.roll:
+            if offset != 0 or roll < self.roll:
+                raise LogError(f"copy of roll {roll} offset {offset} after {Position(self.end)}")
+            header = decode_file_header(data[:1024])
+            if isinstance(header, str):
+                raise CorruptLogError(f"peer's log.1.{roll}", 0, header)
+            self._start_file(roll, data[: header.header_bytes])
+            data, offset = data[header.header_bytes :], header.header_bytes
+        if offset != self.size:
+            raise LogError(f"copy at roll {roll} offset {offset}, the file ends at {self.size}")
+        if data:
+            write_all(self._fd, data, self.directory / f"log.1.{roll}", self.size)
+            self.size += len(data)
+            self.seq = last_seq
+
+    def sync(self) -> None:
+        if self._fd >= 0:
+            os.fdatasync(self._fd)
+
+    def dup_fd(self) -> int:
+        return os.dup(self._fd) if self._fd >= 0 else -1
+
+    def delete_below(self, roll: int) -> list[Path]:
+        """Remove files with a roll below ``roll`` (never the newest); returns them."""
+        removed = []
+        for f in self.files():
+            if f.roll < roll and f.roll != self.roll:
+                f.path.unlink(missing_ok=True)
+                removed.append(f.path)
+        if removed:
+            fsync_dir(self.directory)
+        return removed
+
+    def close(self) -> None:
+        self._close()
+        self._lock.release()
+
+    def _start_file(self, roll: int, header: bytes) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+        self._close()
+        fd, _ = create_stream_file(self.directory, MERGED_SESSION, roll, header)
+        self._fd, self.roll, self.size = fd, roll, len(header)
+
+    def _open(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    def _close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,308 @@
+"""The merger: carries out committed instructions, in order, on this node's merged log.
+
+For each merge it builds the merged record from this node's copy of the input
+(``in/``), checks its size and CRC against the instruction, and appends it at the
+position raft decided. When the input bytes are not here (this node's push server
+is behind or was cut off) it waits ``fetch_after_ms``, then fetches them from a
+peer's pull server; if no peer has them any more, it copies the merged record
+itself from a peer's merged log (checked against the same CRC). When a snapshot
+left it without the instructions for a stretch of the log, it copies that stretch
+from a peer and checks the digest where the stretch ends.
+
+A record that matches nowhere stops the merger (it never writes bytes that differ
+from the other nodes); it retries, and ``rt status`` shows the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.errors import RTError
+from rt_appliance.log.format import RangeHeader, encode_range
+from rt_appliance.log.naming import parse_publisher_dir
+from rt_appliance.log.scan import scan
+from rt_appliance.position import Position
+from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.sequencer.inputs import Inputs, Records, filter_records
+from rt_appliance.sequencer.machine import Committed, SequencerMachine
+from rt_appliance.sequencer.merged import MergedLog, parse_merged_records
+from rt_appliance.sequencer.state import ZERO_DIGEST, Merge, Prune, chain_digest, merged_header
+
+__all__ = ["Merger", "build_record"]
+
+log = logging.getLogger(__name__)
+
+_COPY_CHUNK = 4 << 20
+_RETRY_S = 1.0
+
+
+def build_record(
+    dir_name: str, start: int, ts: int, seq: int, source: bytes, watermark_before: int | None
+) -> tuple[bytes, int, int | None]:
+    """The merged record for input bytes ``source`` (whole records from ``start``).
+
+    Returns (record, records kept, watermark after). The leader builds it to propose
+    a merge; every node builds it again to carry the merge out.
+    """
+    found = scan(source, 0, 1 << 30, decode=True)
+    if found.stop_offset != len(source) or not found.offsets:
+        raise ValueError(f"input bytes of {dir_name} at {Position(start)} are not whole records")
+    first = Position(start)
+    end = first.with_offset(first.offset + len(source))
+    records = Records(first, end, source, found.ids, found.offsets, found.timestamps_ns[0])
+    kept, count, watermark = filter_records(records, watermark_before)
+    topic, host = parse_publisher_dir(dir_name) or (dir_name, "")
+    header = RangeHeader(topic, host, start, len(kept), count)
+    return encode_range(header, ts, seq) + kept, count, watermark
+
+
+class Merger:
+    """A thread applying :attr:`SequencerMachine.pending` to :class:`MergedLog`."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        node_name: str,
+        machine: SequencerMachine,
+        merged: MergedLog,
+        inputs: Inputs,
+        fetcher: PeerFetcher,
+        history: Path,
+        on_progress: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.config, self.node_name, self.machine = config, node_name, machine
+        self.merged, self.inputs, self.fetcher, self.history = merged, inputs, fetcher, history
+        self.on_progress = on_progress
+        self.stream = config.stream
+        self.digest: str | None = ZERO_DIGEST if merged.seq == 0 else None
+        self.halted = ""  # why merging is stuck, "" when it is not
+        self.fetched_inputs = 0
+        self.copied_records = 0
+        self.mismatches = 0
+        self.pruned_files = 0
+        self._stop = threading.Event()
+        self._write_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
+        machine.before_snapshot = self.sync
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self.machine.cond:
+            self.machine.cond.notify_all()
+        self._thread.join(timeout=10)
+        self.sync()
+
+    def sync(self) -> None:
+        with self._write_lock:
+            self.merged.sync()
+
+    # -- the loop -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self.machine.cond:
+                if not self.machine.pending:
+                    self.machine.cond.wait(0.5)
+                    if not self.machine.pending:
+                        continue
+                item = self.machine.pending[0]
+            try:
+                self._carry_out(item)
+            except (RTError, OSError, ValueError) as exc:
+                self.halted = f"seq {getattr(item.instruction, 'seq', '-')}: {exc}"
+                log.error("merger: %s; retrying in %.0f s", self.halted, _RETRY_S)
+                self._stop.wait(_RETRY_S)
+                continue
+            self.halted = ""
+            with self.machine.cond:
+                if self.machine.pending and self.machine.pending[0] is item:
+                    self.machine.pending.popleft()
+                idle = not self.machine.pending
+            if idle:
+                self.sync()
+            self.on_progress()
+
+    def _carry_out(self, item: Committed) -> None:
+        ins = item.instruction
+        if isinstance(ins, Prune):
+            self._prune(ins)
+            return
+        if ins.seq <= self.merged.seq:
+            if ins.seq == self.merged.seq:
+                self.digest = item.digest_after
+            return
+        if ins.seq > self.merged.seq + 1:
+            self._copy_stretch(ins.seq - 1)
+            if ins.seq != self.merged.seq + 1:
+                raise RTError(f"merged log at seq {self.merged.seq}, cannot reach {ins.seq - 1}")
+        record = self._build(ins, item.watermark_before)
+        header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
+        with self._write_lock:
+            self.merged.append(ins.position, record, header)
+        self.digest = item.digest_after
+        if self.config.archiver.prune_inputs:
+            self._prune_input(ins)
+
+    # -- building a record ---------------------------------------------------------
+
+    def _build(self, ins: Merge, watermark_before: int | None) -> bytes:
+        source = self._local_input(ins)
+        if source is not None:
+            record = _rebuild(ins, source, watermark_before)
+            if _matches(record, ins):
+                return record
+            self.mismatches += 1
+            log.error(
+                "merger: seq %d built from local %s does not match; asking peers", ins.seq, ins.dir
+            )
+        for peer in self._peers():
+            data = self._fetch_exact(peer, f"in/{ins.dir}", Position(ins.start), Position(ins.end))
+            if data is None:
+                continue
+            record = _rebuild(ins, data, watermark_before)
+            if _matches(record, ins):
+                self.fetched_inputs += 1
+                return record
+        for peer in self._peers():  # inputs gone everywhere: copy the merged record itself
+            pos = Position(ins.position)
+            data = self._fetch_exact(peer, "merged", pos, pos.with_offset(pos.offset + ins.nbytes))
+            if data is not None and _matches(data, ins):
+                self.copied_records += 1
+                return data
+        raise RTError(
+            f"no node has input {ins.dir} {Position(ins.start)}..{Position(ins.end)} "
+            "matching the committed merge"
+        )
+
+    def _local_input(self, ins: Merge) -> bytes | None:
+        source = self.inputs.get(ins.dir)
+        deadline = time.monotonic() + self.config.sequencer.fetch_after_ms / 1000
+        while True:
+            data = source.read_exact(Position(ins.start), Position(ins.end))
+            if data is not None or time.monotonic() >= deadline or self._stop.is_set():
+                return data
+            time.sleep(0.002)
+
+    def _peers(self) -> list[str]:
+        return [n.name for n in self.config.nodes if n.name != self.node_name]
+
+    def _fetch_exact(
+        self, peer: str, directory: str, start: Position, end: Position
+    ) -> bytes | None:
+        chunks: list[bytes] = []
+        at = start
+        try:
+            while at < end:
+                got = self.fetcher.fetch(peer, directory, at, end.offset - at.offset)
+                if got.missing or not got.data:
+                    return None
+                chunks.append(got.data)
+                at = at.with_offset(at.offset + len(got.data))
+        except RTError as exc:
+            log.info("merger: fetch of %s from %s failed: %s", directory, peer, exc)
+            return None
+        data = b"".join(chunks)
+        return data[: end.offset - start.offset]
+
+    # -- copying a stretch of merged log (after a snapshot) ---------------------------
+
+    def _copy_stretch(self, target_seq: int) -> None:
+        """Copy merged records up to ``target_seq`` from a peer."""
+        log.info(
+            "merger: copying merged log seq %d..%d from a peer", self.merged.seq + 1, target_seq
+        )
+        for peer in self._peers():
+            try:
+                self._copy_from(peer, target_seq)
+            except RTError as exc:
+                log.warning("merger: copy from %s stopped: %s", peer, exc)
+            if self.merged.seq >= target_seq:
+                restored = self.machine.restored
+                done = restored is not None and restored[0] == self.merged.seq
+                if done and self.digest and restored is not None and restored[1] != self.digest:
+                    raise RTError(f"copied log digest {self.digest} != committed {restored[1]}")
+                return
+
+    def _copy_from(self, peer: str, target_seq: int) -> None:
+        if self.merged.roll < 0:
+            first = self.fetcher.fetch(peer, "merged", Position.of(1, 0, 0), 0)
+            at = first.oldest if first.oldest is not None else Position.of(1, 0, 0)
+            self.digest = ZERO_DIGEST if at.roll == 0 else None
+        else:
+            at = Position(self.merged.end)
+        while self.merged.seq < target_seq and not self._stop.is_set():
+            got = self.fetcher.fetch(peer, "merged", at, _COPY_CHUNK)
+            if got.missing:
+                raise RTError(f"{peer} no longer has {at}")
+            base = at.offset
+            body, header_len = got.data, 0
+            if at.offset == 0 and body:
+                from rt_appliance.log.format import decode_file_header
+
+                header = decode_file_header(body[:1024])
+                if isinstance(header, str):
+                    raise RTError(f"{peer}'s merged file at {at}: {header}")
+                header_len = header.header_bytes
+            records, _, _ = parse_merged_records(body[header_len:], base + header_len)
+            records = [r for r in records if r.seq <= target_seq]
+            if not records:
+                if got.next_file is not None and got.file_size == at.offset + len(body):
+                    at = got.next_file
+                    continue
+                raise RTError(f"{peer} has nothing new at {at}")
+            upto = records[-1].offset + records[-1].nbytes - base
+            for r in records:
+                if self.digest is not None:
+                    pos = int(Position.of(1, at.roll, r.offset))
+                    self.digest = chain_digest(self.digest, r.seq, pos, r.nbytes, r.crc)
+            with self._write_lock:
+                self.merged.append_raw(at.roll, at.offset, body[:upto], records[-1].seq)
+            self.copied_records += len(records)
+            at = at.with_offset(at.offset + upto)
+
+    # -- pruning -------------------------------------------------------------------
+
+    def _prune(self, ins: Prune) -> None:
+        with self._write_lock:
+            removed = self.merged.delete_below(ins.below)
+        self.pruned_files += len(removed)
+        entry = {
+            "time_ns": ins.ts,
+            "pruned_below_roll": ins.below,
+            "reason": ins.reason,
+            "removed": [p.name for p in removed],
+            "node": self.node_name,
+        }
+        with open(self.history, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+        log.info(
+            "archiver: pruned merged files below roll %d (%s): %s",
+            ins.below,
+            ins.reason,
+            [p.name for p in removed] or "none here",
+        )
+
+    def _prune_input(self, ins: Merge) -> None:
+        start = Position(ins.start)
+        for f in self.inputs.get(ins.dir).files()[:-1]:
+            if f.key < start.file_key:
+                f.path.unlink(missing_ok=True)
+                log.info("archiver: removed fully merged input %s", f.path)
+
+
+def _matches(record: bytes, ins: Merge) -> bool:
+    return len(record) == ins.nbytes and zlib.crc32(record) == ins.crc
+
+
+def _rebuild(ins: Merge, source: bytes, watermark_before: int | None) -> bytes:
+    return build_record(ins.dir, ins.start, ins.ts, ins.seq, source, watermark_before)[0]

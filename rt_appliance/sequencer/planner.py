@@ -1,0 +1,163 @@
+"""The leader's planner: which input range to merge next, proposed through raft.
+
+Every node reports how far it durably holds each input. For an input, the
+*majority extent* is the position that a majority of nodes (this one counted)
+hold. The planner proposes ranges below the majority extent only, at most
+``max_range_bytes`` each, choosing among inputs the one whose next record has the
+oldest timestamp (arrival order across publishers, kept plausible), and keeps up
+to ``max_inflight`` proposals in flight. It plans on a speculative copy of the
+committed state advanced by its own proposals; when a proposal fails (a new
+leader, a rejection) it waits for the in-flight ones and starts again from the
+committed state. The state machine rejects any proposal that does not continue
+the committed log exactly, so a stale plan can never corrupt it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.position import Position
+from rt_appliance.sequencer.inputs import Inputs
+from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.merger import build_record
+from rt_appliance.sequencer.raft import RaftNode
+from rt_appliance.sequencer.state import Merge, SequencerState
+
+__all__ = ["Planner", "majority_extent"]
+
+log = logging.getLogger(__name__)
+
+
+def majority_extent(extents: list[int], nodes: int) -> Position:
+    """The position that at least a majority of ``nodes`` hold (missing reports: 0)."""
+    padded = sorted([*extents, *([0] * (nodes - len(extents)))], reverse=True)
+    return Position(padded[nodes // 2])
+
+
+class Planner:
+    """Leader-only: turns majority-held input into merge proposals."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        node_name: str,
+        machine: SequencerMachine,
+        inputs: Inputs,
+        raft: RaftNode,
+        wake: Callable[[], None],
+    ) -> None:
+        self.config, self.node_name = config, node_name
+        self.machine, self.inputs, self.raft, self.wake = machine, inputs, raft, wake
+        self._lock = threading.Lock()
+        self._spec: SequencerState | None = None
+        self._inflight = 0
+        self._reports: dict[str, dict[str, int]] = {}
+        self._report_times: dict[str, float] = {}
+        self.proposed = 0
+        self.failed = 0
+
+    def report(self, node: str, extents: dict[str, int]) -> None:
+        with self._lock:
+            self._reports[node] = extents
+            self._report_times[node] = time.monotonic()
+
+    def reports(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return dict(self._reports)
+
+    def step(self) -> int:
+        """Propose what can be proposed now; returns how many proposals were made."""
+        if not self.raft.is_leader():
+            with self._lock:
+                self._spec = None
+            return 0
+        local = self.inputs.extents()
+        made = 0
+        with self._lock:
+            self._reports[self.node_name] = local
+            if self._spec is None:
+                if self._inflight:
+                    return 0
+                self._spec = self.machine.committed()
+            spec = self._spec
+            while self._inflight < self.config.sequencer.max_inflight:
+                merge = self._next(spec)
+                if merge is None:
+                    break
+                command = merge.encode()
+                if spec.apply(command) is None:
+                    log.error("planner: own proposal rejected locally: %s", spec.last_reject)
+                    self._spec = None
+                    break
+                self._inflight += 1
+                self.proposed += 1
+                made += 1
+                self.raft.propose(command, self._done)
+        return made
+
+    def _done(self, accepted: bool, why: str) -> None:
+        with self._lock:
+            self._inflight -= 1
+            if not accepted:
+                self.failed += 1
+                log.info(
+                    "planner: a proposal failed (%s); replanning from the committed state", why
+                )
+                self._spec = None
+        self.wake()
+
+    def _majority(self, name: str) -> Position:
+        nodes = len(self.config.nodes)
+        extents = [r.get(name, 0) for r in self._reports.values()]
+        return majority_extent(extents, nodes)
+
+    def _next(self, spec: SequencerState) -> Merge | None:
+        best = None
+        for name in self.inputs.names():
+            source = self.inputs.get(name)
+            known = spec.inputs.get(name)
+            pos = Position(known) if known is not None else source.first_record()
+            if pos is None:
+                continue
+            held = self._majority(name)
+            if held <= pos:
+                continue
+            if held.file_key > pos.file_key:
+                end = source.file_end(pos)
+                if end is None:
+                    continue  # this node lacks the file; its push server will bring it
+                if pos.offset >= end:
+                    nxt = source.next_file_start(pos)
+                    if nxt is None or held <= nxt:
+                        continue
+                    pos = nxt
+            records = source.read(pos, held, self.config.sequencer.max_range_bytes)
+            if records is None:
+                continue
+            if best is None or records.first_ts < best[0]:
+                best = (records.first_ts, name, records)
+        if best is None:
+            return None
+        _, name, records = best
+        ts = time.time_ns()
+        seq = spec.seq + 1
+        record, count, watermark = build_record(
+            name, int(records.start), ts, seq, records.data, spec.watermark_of(name)
+        )
+        return Merge(
+            seq=seq,
+            position=spec.next_position(len(record)),
+            dir=name,
+            start=int(records.start),
+            end=int(records.end),
+            count=count,
+            nbytes=len(record),
+            crc=zlib.crc32(record),
+            ts=ts,
+            watermark=watermark,
+        )

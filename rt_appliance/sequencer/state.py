@@ -1,0 +1,243 @@
+"""The replicated state of a stream and the instructions raft commits to change it.
+
+Raft carries two kinds of instruction, JSON-encoded, never payloads:
+
+* ``merge``: append one merged-log record at ``position``: a range record naming
+  input ``dir`` and ``start``, followed by the input's records from ``start`` to
+  ``end`` (for a ``.dedup`` topic, only those whose id is above the topic's
+  watermark). ``nbytes`` and ``crc`` (zlib CRC-32 of the whole merged record) let
+  every node check that what it built is what the leader built.
+* ``prune``: the archiver's decision that merged files with a roll below ``below``
+  are deleted.
+
+:meth:`SequencerState.apply` is deterministic: given the same sequence of commands
+every node reaches the same state, and a command that does not fit the state
+exactly (wrong sequence number, a position that does not continue the log, a
+malformed field) is rejected, identically everywhere, without raising.
+
+The running ``digest`` chains every merged record's (seq, position, size, crc)
+through SHA-256, so equal digests at equal sequence numbers mean equal logs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from rt_appliance.log.format import FILE_KIND_MERGED, encode_file_header
+from rt_appliance.log.naming import is_dedup_topic, parse_publisher_dir
+from rt_appliance.position import Position
+
+__all__ = [
+    "MERGED_SESSION",
+    "Merge",
+    "Prune",
+    "SequencerState",
+    "chain_digest",
+    "decode_instruction",
+    "merged_header",
+    "topic_of",
+]
+
+MERGED_SESSION = 1  # the merged log is one session; its files are log.1.0, log.1.1, ...
+MERGED_HOST = "merged"
+ZERO_DIGEST = "0" * 64
+_LINK = struct.Struct("<QQQI")
+
+
+def merged_header(stream: str, roll: int, created_ns: int) -> bytes:
+    """The header of merged file ``roll`` (its size depends on the stream name only)."""
+    return encode_file_header(
+        FILE_KIND_MERGED, MERGED_SESSION, roll, created_ns, stream, MERGED_HOST
+    )
+
+
+def chain_digest(digest: str, seq: int, position: int, nbytes: int, crc: int) -> str:
+    """The digest after appending one merged record to a log whose digest is ``digest``."""
+    return hashlib.sha256(
+        bytes.fromhex(digest) + _LINK.pack(seq, position, nbytes, crc)
+    ).hexdigest()
+
+
+def topic_of(dir_name: str) -> str:
+    parsed = parse_publisher_dir(dir_name)
+    return parsed[0] if parsed else dir_name
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    seq: int
+    position: int  # where the merged record starts
+    dir: str  # input directory, <topic>.<host>
+    start: int  # input position of the first record covered
+    end: int  # input position after the last record covered
+    count: int  # records kept (after dedup)
+    nbytes: int  # size of the merged record: range record + kept records
+    crc: int  # zlib CRC-32 of those bytes
+    ts: int  # the leader's clock when proposing; stamps the range record and new files
+    watermark: int | None  # dedup topics: the highest id merged after this one
+
+    def encode(self) -> bytes:
+        return json.dumps({"t": "merge", **_fields(self)}, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Prune:
+    below: int  # merged rolls below this are deleted
+    reason: str
+    ts: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"t": "prune", **_fields(self)}, separators=(",", ":")).encode()
+
+
+def _fields(obj: Merge | Prune) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def decode_instruction(command: bytes) -> Merge | Prune | str:
+    """The instruction in ``command``, or why it is not a valid one."""
+    try:
+        doc = json.loads(command)
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    kind = doc.pop("t", None)
+    cls: type[Merge] | type[Prune]
+    ints: tuple[str, ...]
+    if kind == "merge":
+        cls, ints, strs = Merge, Merge.__slots__, ("dir",)
+    elif kind == "prune":
+        cls, ints, strs = Prune, Prune.__slots__, ("reason",)
+    else:
+        return f"unknown instruction {kind!r}"
+    if set(doc) != set(cls.__slots__):
+        return f"{kind} fields {sorted(doc)} != {sorted(cls.__slots__)}"
+    for name in ints:
+        value = doc[name]
+        if name in strs:
+            if not isinstance(value, str):
+                return f"{kind}.{name} is not a string"
+        elif name == "watermark" and value is None:
+            continue
+        elif not isinstance(value, int) or isinstance(value, bool) or value < -(1 << 63):
+            return f"{kind}.{name} is not an integer"
+    return cls(**doc)
+
+
+@dataclass
+class SequencerState:
+    """What every node agrees on. Only :meth:`apply` changes it."""
+
+    stream: str
+    roll_bytes: int
+    seq: int = 0  # merge instructions applied = merged records written
+    end: int = 0  # where the next merged record goes; 0 before the first
+    digest: str = ZERO_DIGEST
+    inputs: dict[str, int] = field(default_factory=dict)  # dir -> next input position
+    watermarks: dict[str, int] = field(default_factory=dict)  # dedup topic -> highest id
+    pruned_below: int = 0  # merged rolls below this were pruned
+    prunes: int = 0
+    rejected: int = 0
+    last_reject: str = ""
+
+    @property
+    def header_bytes(self) -> int:
+        return len(merged_header(self.stream, 0, 0))
+
+    def next_position(self, nbytes: int) -> int:
+        """Where a merged record of ``nbytes`` goes: after the log's end, or in a new file."""
+        if self.end == 0:
+            return int(Position.of(MERGED_SESSION, 0, self.header_bytes))
+        end = Position(self.end)
+        if end.offset + nbytes > self.roll_bytes and end.offset > self.header_bytes:
+            return int(Position.of(MERGED_SESSION, end.roll + 1, self.header_bytes))
+        return self.end
+
+    def watermark_of(self, dir_name: str) -> int | None:
+        topic = topic_of(dir_name)
+        if not is_dedup_topic(topic):
+            return None
+        return self.watermarks.get(topic, -(1 << 63))
+
+    def apply(self, command: bytes) -> Merge | Prune | None:
+        """Apply one committed command; returns it, or None if it was rejected."""
+        instruction = decode_instruction(command)
+        problem = instruction if isinstance(instruction, str) else self._check(instruction)
+        if problem:
+            self.rejected += 1
+            self.last_reject = problem
+            return None
+        assert not isinstance(instruction, str)
+        if isinstance(instruction, Merge):
+            self.seq = instruction.seq
+            self.end = instruction.position + instruction.nbytes
+            self.digest = chain_digest(
+                self.digest,
+                instruction.seq,
+                instruction.position,
+                instruction.nbytes,
+                instruction.crc,
+            )
+            self.inputs[instruction.dir] = instruction.end
+            if instruction.watermark is not None:
+                self.watermarks[topic_of(instruction.dir)] = instruction.watermark
+        else:
+            self.pruned_below = instruction.below
+            self.prunes += 1
+        return instruction
+
+    def _check(self, ins: Merge | Prune) -> str:
+        if isinstance(ins, Prune):
+            newest = Position(self.end).roll if self.end else 0
+            if not self.pruned_below < ins.below <= newest:
+                return f"prune below {ins.below}: outside ({self.pruned_below}, {newest}]"
+            return ""
+        if ins.seq != self.seq + 1:
+            return f"merge seq {ins.seq}, expected {self.seq + 1}"
+        if ins.position != self.next_position(ins.nbytes):
+            return f"merge at {ins.position}, expected {self.next_position(ins.nbytes)}"
+        if parse_publisher_dir(ins.dir) is None:
+            return f"merge of invalid input {ins.dir!r}"
+        known = self.inputs.get(ins.dir)
+        if known is not None and ins.start < known:
+            return f"merge of {ins.dir} from {ins.start}, already merged to {known}"
+        start, end = Position(ins.start), Position(ins.end)
+        if end.file_key != start.file_key or end < start or ins.count < 0 or ins.nbytes <= 0:
+            return "merge range crosses a file or is empty"
+        if ins.nbytes > self.roll_bytes - self.header_bytes:
+            return f"merge record of {ins.nbytes} bytes cannot fit a {self.roll_bytes}-byte file"
+        is_dedup = is_dedup_topic(topic_of(ins.dir))
+        if is_dedup != (ins.watermark is not None):
+            return "watermark given for a topic that is not .dedup, or missing for one"
+        return ""
+
+    # snapshots
+    def to_json(self) -> dict[str, Any]:
+        return copy.deepcopy(
+            {
+                "stream": self.stream,
+                "roll_bytes": self.roll_bytes,
+                "seq": self.seq,
+                "end": self.end,
+                "digest": self.digest,
+                "inputs": self.inputs,
+                "watermarks": self.watermarks,
+                "pruned_below": self.pruned_below,
+                "prunes": self.prunes,
+                "rejected": self.rejected,
+                "last_reject": self.last_reject,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> SequencerState:
+        return cls(**copy.deepcopy(doc))
+
+    def copy(self) -> SequencerState:
+        return SequencerState.from_json(self.to_json())

@@ -53,6 +53,7 @@ from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, acce
 from rt_appliance.replicate.topology import (
     DirectoryChanges,
     ServedStream,
+    known_leader,
     oldest_position,
     pull_source_dir,
 )
@@ -175,7 +176,10 @@ class PullServer:
             frame_type, body = await conn.receive()
             if frame_type == FrameType.METADATA:
                 decode_control(frame_type, body)
-                await conn.send(FrameType.TOPOLOGY, topology_fields(self.config, leader=None))
+                await conn.send(
+                    FrameType.TOPOLOGY,
+                    topology_fields(self.config, known_leader(self.config, self.node)),
+                )
             elif frame_type == FrameType.PULL:
                 fields = decode_control(frame_type, body)
                 await self._pull(conn, Position.parse(require(fields, "position", int)))

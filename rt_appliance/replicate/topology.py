@@ -17,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from rt_appliance.config.model import NodeConfig, StreamConfig, SubscriberHost
+from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig, SubscriberHost
 from rt_appliance.errors import FrameError
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.log.segments import bytes_after, list_files
@@ -68,6 +68,20 @@ def topology(config: StreamConfig, leader: str | None) -> dict[str, Any]:
         "nodes": [{"name": e.name, "host": e.host, "port": e.port} for e in endpoints(config)],
         "leader": leader,
     }
+
+
+def leader_file(config: StreamConfig, node: NodeConfig) -> Path:
+    """Where a node's sequencer publishes the current leader for its other daemons."""
+    return config.data_dir_of(node) / "leader"
+
+
+def known_leader(config: StreamConfig, node: NodeConfig) -> str | None:
+    """The leader as this node's sequencer last saw it (None: unknown or no sequencer)."""
+    try:
+        name = leader_file(config, node).read_text().strip()
+    except OSError:
+        return None
+    return name if name and config.role_of(name) is HostRole.NODE else None
 
 
 def parse_topology(

@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -28,6 +27,7 @@ from rt_appliance.log.segments import bytes_after
 from rt_appliance.log.watch import DirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.replicate.topology import leader_file
 from rt_appliance.sequencer import archiver
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.inputs import Inputs
@@ -38,14 +38,9 @@ from rt_appliance.sequencer.planner import Planner
 from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.state import Prune
 
-__all__ = ["Sequencer", "leader_file"]
+__all__ = ["Sequencer"]
 
 log = logging.getLogger(__name__)
-
-
-def leader_file(config: StreamConfig, node_name: str) -> Path:
-    """Where the sequencer publishes the leader's name for this node's other daemons."""
-    return config.data_dir_of(config.node(node_name)) / "leader"
 
 
 class _Metrics:
@@ -225,7 +220,7 @@ class Sequencer:
                 await asyncio.wait_for(done.wait(), 10)
 
     async def _observe_loop(self) -> None:
-        path = leader_file(self.config, self.name)
+        path = leader_file(self.config, self.config.node(self.name))
         while True:
             status = self.raft.status()
             m = self.metrics

@@ -1,0 +1,177 @@
+"""The replicated state: deterministic apply, rejection of anything that does not fit."""
+
+from __future__ import annotations
+
+import pickle
+import zlib
+
+import pytest
+
+from rt_appliance.config.model import ArchiverConfig
+from rt_appliance.log.format import encode_batch
+from rt_appliance.position import Position
+from rt_appliance.sequencer.archiver import Disk, MergedFile, decide
+from rt_appliance.sequencer.inputs import Records, filter_records
+from rt_appliance.sequencer.merger import build_record
+from rt_appliance.sequencer.planner import majority_extent
+from rt_appliance.sequencer.raft import restricted_loads
+from rt_appliance.sequencer.state import (
+    Merge,
+    Prune,
+    SequencerState,
+    chain_digest,
+    decode_instruction,
+)
+
+pytestmark = pytest.mark.unit
+
+ROLL = 1 << 20
+
+
+def merge_for(state: SequencerState, dir_name: str, start: int, ids: list[int]) -> Merge:
+    """The merge a leader would propose for records with ``ids`` at ``start``."""
+    data, _ = encode_batch([b"x%d" % i for i in ids], 1000, ids)
+    watermark = state.watermark_of(dir_name)
+    record, count, after = build_record(dir_name, start, 5, state.seq + 1, data, watermark)
+    return Merge(
+        seq=state.seq + 1,
+        position=state.next_position(len(record)),
+        dir=dir_name,
+        start=start,
+        end=start + len(data),
+        count=count,
+        nbytes=len(record),
+        crc=zlib.crc32(record),
+        ts=5,
+        watermark=after,
+    )
+
+
+def test_merges_apply_in_order_and_chain_the_digest() -> None:
+    a, b = SequencerState("s", ROLL), SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    m1 = merge_for(a, "trades.pub-1", start, [1, 2, 3])
+    for s in (a, b):
+        assert s.apply(m1.encode()) == m1
+    m2 = merge_for(a, "trades.pub-1", m1.end, [4])
+    for s in (a, b):
+        assert s.apply(m2.encode()) == m2
+    assert a.to_json() == b.to_json()
+    assert a.seq == 2 and a.inputs["trades.pub-1"] == m2.end
+    assert a.end == m2.position + m2.nbytes
+    expected = chain_digest(
+        chain_digest("0" * 64, 1, m1.position, m1.nbytes, m1.crc), 2, m2.position, m2.nbytes, m2.crc
+    )
+    assert a.digest == expected
+
+
+def test_a_stale_or_malformed_command_is_rejected_and_changes_nothing() -> None:
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    m1 = merge_for(s, "trades.pub-1", start, [1])
+    assert s.apply(m1.encode()) is not None
+    before = s.to_json()
+    for bad in [
+        m1.encode(),  # the same seq again
+        b"\x80garbage",
+        b"[]",
+        b'{"t": "merge"}',
+        b'{"t": "launch"}',
+        Merge(**{**_fields(m1), "seq": 2, "position": m1.position}).encode(),  # overlaps
+        Merge(**{**_fields(m1), "seq": 2, "position": s.end, "start": start}).encode(),  # re-merge
+        Prune(below=5, reason="x", ts=1).encode(),  # would prune the newest file
+    ]:
+        assert s.apply(bad) is None
+        assert s.rejected > 0
+    after = s.to_json()
+    assert {k: v for k, v in after.items() if k not in ("rejected", "last_reject")} == {
+        k: v for k, v in before.items() if k not in ("rejected", "last_reject")
+    }
+
+
+def _fields(m: Merge) -> dict[str, object]:
+    return {name: getattr(m, name) for name in m.__slots__}
+
+
+def test_a_merge_that_does_not_fit_the_file_goes_to_the_next_roll() -> None:
+    s = SequencerState("s", 4096)
+    start = int(Position.of(1, 0, 64))
+    m1 = merge_for(s, "trades.pub-1", start, list(range(1, 60)))
+    s.apply(m1.encode())
+    m2 = merge_for(s, "trades.pub-1", m1.end, list(range(60, 200)))
+    assert Position(m2.position).roll == 1
+    assert Position(m2.position).offset == s.header_bytes
+    assert s.apply(m2.encode()) is not None
+
+
+def test_dedup_watermark_drops_what_was_merged() -> None:
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    m1 = merge_for(s, "quotes.dedup.pub-1", start, [1, 2, 3])
+    assert m1.watermark == 3 and m1.count == 3
+    s.apply(m1.encode())
+    other = int(Position.of(1, 0, 64))
+    m2 = merge_for(s, "quotes.dedup.pub-2", other, [2, 3, 4, 5])
+    assert m2.count == 2 and m2.watermark == 5  # 2 and 3 were merged from pub-1
+    assert s.apply(m2.encode()) is not None
+    assert s.watermarks == {"quotes.dedup": 5}
+    m3 = merge_for(s, "quotes.dedup.pub-1", m1.end, [4, 5])
+    assert m3.count == 0 and m3.watermark == 5  # a replay: nothing new, the input advances
+    assert s.apply(m3.encode()) is not None
+    assert s.inputs["quotes.dedup.pub-1"] == m3.end
+
+
+def test_decode_instruction_names_the_problem() -> None:
+    assert "not JSON" in str(decode_instruction(b"{"))
+    assert "fields" in str(decode_instruction(b'{"t": "prune", "below": 1}'))
+    assert "integer" in str(
+        decode_instruction(b'{"t": "prune", "below": "1", "reason": "r", "ts": 1}')
+    )
+
+
+def test_majority_extent() -> None:
+    assert majority_extent([10, 20, 30], 3) == 20
+    assert majority_extent([30], 3) == 0  # one report of three: no majority
+    assert majority_extent([5, 9], 3) == 5
+    assert majority_extent([7], 1) == 7
+    assert majority_extent([1, 2, 3, 4, 5], 5) == 3
+
+
+def test_filter_records_keeps_ids_above_the_watermark() -> None:
+    data, sizes = encode_batch([b"a", b"b", b"c"], 1, [5, 6, 7])
+    offsets = [0, sizes[0], sizes[0] + sizes[1]]
+    records = Records(Position(64), Position(64 + len(data)), data, [5, 6, 7], offsets, 1)
+    assert filter_records(records, None) == (data, 3, None)
+    kept, count, high = filter_records(records, 5)
+    assert count == 2 and high == 7 and kept == data[sizes[0] :]
+    assert filter_records(records, 9) == (b"", 0, 9)
+
+
+def test_restricted_loads_refuses_every_global() -> None:
+    assert restricted_loads(pickle.dumps({"a": [1, (b"x", None)]}, protocol=4)) == {
+        "a": [1, (b"x", None)]
+    }
+
+    class Evil:
+        def __reduce__(self) -> tuple[object, tuple[str]]:
+            return (print, ("pwned",))
+
+    with pytest.raises(pickle.UnpicklingError, match="refused"):
+        restricted_loads(pickle.dumps(Evil()))
+
+
+def test_archiver_rules() -> None:
+    files = [MergedFile(r, r * 60_000_000_000, 100) for r in range(5)]  # a file per minute
+    now = 5 * 60_000_000_000
+    disk = Disk(1000, 100)
+    assert decide(files, now, disk, ArchiverConfig()) is None
+    below, reason = decide(files, now, disk, ArchiverConfig(retention_minutes=2.5)) or (0, "")
+    assert below == 3 and "older" in reason  # rolls 0..2 start before minute 2.5
+    below, reason = decide(files, now, disk, ArchiverConfig(max_log_bytes=250)) or (0, "")
+    assert below == 3 and "merged log" in reason  # 500 bytes -> at most 250 kept
+    below, reason = decide(files, now, Disk(1000, 950), ArchiverConfig()) or (0, "")
+    assert below == 1 and "disk" in reason  # 950 > 900: one 100-byte file
+    # never the newest, whatever the rule says
+    below, _ = decide(files, now, disk, ArchiverConfig(retention_minutes=0.001)) or (0, "")
+    assert below == 4
+    assert decide(files[:1], now, Disk(1000, 999), ArchiverConfig()) is None

@@ -98,7 +98,7 @@ def test_a_merge_that_does_not_fit_the_file_goes_to_the_next_roll() -> None:
     start = int(Position.of(1, 0, 64))
     m1 = merge_for(s, "trades.pub-1", start, list(range(1, 60)))
     s.apply(m1.encode())
-    m2 = merge_for(s, "trades.pub-1", m1.end, list(range(60, 200)))
+    m2 = merge_for(s, "trades.pub-1", m1.end, list(range(60, 140)))
     assert Position(m2.position).roll == 1
     assert Position(m2.position).offset == s.header_bytes
     assert s.apply(m2.encode()) is not None

@@ -64,34 +64,51 @@ class ClusterDemoOptions:
 
 
 class PacedPublisher(threading.Thread):
-    """A publishing application: numbered messages (ids 1, 2, ...) at ``rate`` per second."""
+    """A publishing application: numbered messages (ids 1, 2, ...) at ``rate`` per second.
+
+    It publishes message 1 at once and sets :attr:`opened`; the paced messages
+    from 2 on follow when :attr:`go` is set (the demo waits until message 1 of
+    every publisher has reached the subscriber: the whole path is live).
+    """
 
     def __init__(self, root: Path, topic: str, host: str, rate: int, roll_bytes: int) -> None:
         super().__init__(name=f"publisher-{topic}.{host}", daemon=True)
         self.root, self.topic, self.host = root, topic, host
         self.rate, self.roll_bytes = rate, roll_bytes
         self.published = 0
-        self.stop_event = threading.Event()
+        self.opened, self.go, self.stop_event = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
         self.error: BaseException | None = None
+
+    def _payloads(self, ids: list[int]) -> list[bytes]:
+        return [json.dumps({"topic": self.topic, "seq": i}).encode() for i in ids]
 
     def run(self) -> None:
         try:
             with Publisher(
                 self.root, self.topic, self.host, fsync="batch", roll_bytes=self.roll_bytes
             ) as pub:
+                pub.publish_batch(self._payloads([1]), ids=[1])
+                self.published = 1
+                self.opened.set()
+                while not self.go.wait(TICK_S):
+                    if self.stop_event.is_set():
+                        return
                 start = time.monotonic()
                 while not self.stop_event.is_set():
                     due = int((time.monotonic() - start) * self.rate) + 1
                     ids = list(range(self.published + 1, due + 1))
                     if ids:
-                        pub.publish_batch(
-                            [json.dumps({"topic": self.topic, "seq": i}).encode() for i in ids],
-                            ids=ids,
-                        )
+                        pub.publish_batch(self._payloads(ids), ids=ids)
                         self.published = ids[-1]
                     self.stop_event.wait(TICK_S)  # pacing the demo's publish rate
         except BaseException as exc:  # reported by the demo
             self.error = exc
+        finally:
+            self.opened.set()
 
 
 @dataclass(slots=True)
@@ -117,7 +134,8 @@ class SubscriberApp:
         for line in self.proc.stdout:
             received = time.time_ns()
             m = json.loads(line)
-            self.latencies_ns.append(received - m["timestamp_ns"])
+            if m["id"] > 1:  # message 1 waited for the path to come up
+                self.latencies_ns.append(received - m["timestamp_ns"])
             self.delivered.append((m["topic"], m["host"], m["id"]))
 
     def stop(self) -> None:
@@ -157,23 +175,23 @@ def _merged_seq(status: dict[str, Any], skip: str | None = None) -> int:
     return max(seqs, default=0)
 
 
-def _kill_leader(stream: LocalStream, say: Say, timeout_s: float) -> Failover:
+def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = "") -> Failover:
     """SIGKILL the leader's sequencer, time the failover, restart the killed sequencer."""
     result = Failover()
-    before = stream.status()
+    before = stream.quick_status()
     leader = before.get("leader")
     if not isinstance(leader, str):
         say("   no leader to kill right now; skipping the failover")
         return result
     result.killed = result.leader_before = leader
     seq_before = _merged_seq(before)
-    say(f"   killing the leader: SIGKILL to {leader}'s sequencer (merged seq {seq_before})")
+    say(f"   {when}killing the leader: SIGKILL to {leader}'s sequencer (merged seq {seq_before})")
     killed_at = time.monotonic()
     stream.kill_node(leader, signal.SIGKILL, roles="sequencer")
 
     def recovered() -> bool:
         try:
-            status = stream.status()
+            status = stream.quick_status()
         except RTError:
             return False
         new = status.get("leader")
@@ -200,6 +218,24 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float) -> Failover:
     return result
 
 
+def _failed(
+    stream: LocalStream,
+    publishers: list[PacedPublisher],
+    allowed: Collection[str] = (),
+    raise_: bool = False,
+) -> bool:
+    """Whether a daemon or a publisher failed; with ``raise_``, raise instead, saying which."""
+    try:
+        _check_daemons(stream, allowed)
+        if errors := [p.error for p in publishers if p.error is not None]:
+            raise RTError(f"a publisher failed: {errors[0]}") from errors[0]
+    except RTError:
+        if raise_:
+            raise
+        return True
+    return False
+
+
 def _percentile(values: list[int], p: float) -> float | None:
     if not values:
         return None
@@ -219,6 +255,24 @@ def _publish(
     for p in publishers:
         say(f"   {p.host}: topic {p.topic} -> {stream.publisher_dir(p.host, p.topic)}")
         p.start()
+    opened = time.monotonic()
+    try:
+        wait_until(
+            lambda: len(app.delivered) >= len(publishers) or _failed(stream, publishers),
+            options.leader_timeout_s,
+            "message 1 of every publisher at the subscriber",
+        )
+    except BaseException:
+        for p in publishers:
+            p.stop_event.set()
+        raise
+    _failed(stream, publishers, raise_=True)
+    say(
+        f"   message 1 of each publisher reached the subscriber after "
+        f"{time.monotonic() - opened:.2f}s: the path is live; publishing at the rate now"
+    )
+    for p in publishers:
+        p.go.set()
     failover, killed = Failover(), False
     start = time.monotonic()
     end, halfway = start + options.duration_s, start + options.duration_s / 2
@@ -226,19 +280,20 @@ def _publish(
     try:
         while (now := time.monotonic()) < end:
             if options.kill_leader and not killed and now >= halfway:
-                say(f"   t={now - start:.1f}s")
-                failover, killed = _kill_leader(stream, say, options.leader_timeout_s), True
+                failover = _kill_leader(
+                    stream, say, options.leader_timeout_s, f"t={now - start:.1f}s "
+                )
+                killed = True
             elif now >= next_progress:
                 published = sum(p.published for p in publishers)
                 say(
                     f"   t={now - start:.1f}s published {published}, "
                     f"the subscriber delivered {len(app.delivered)}"
                 )
-                next_progress += PROGRESS_S
+                while next_progress <= time.monotonic():
+                    next_progress += PROGRESS_S
             allowed = {f"sequencer-{failover.killed}"} if failover.killed else set()
-            _check_daemons(stream, allowed)
-            if errors := [p.error for p in publishers if p.error is not None]:
-                raise RTError(f"a publisher failed: {errors[0]}") from errors[0]
+            _failed(stream, publishers, allowed, raise_=True)
             time.sleep(min(0.1, max(0.0, end - time.monotonic())))  # the demo's clock
     finally:
         for p in publishers:

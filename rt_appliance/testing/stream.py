@@ -8,6 +8,10 @@ process (:class:`Daemon`), its output in ``work/logs/<role>-<host>.log``:
 * per node: ``rt push-server``, ``rt sequencer`` and ``rt pull-server``;
 * per publisher host: ``rt push-client``; per subscriber host: ``rt pull-client``.
 
+:meth:`LocalStream.status` runs ``rt status --json`` as an operator would;
+:meth:`LocalStream.quick_status` asks the same of the nodes from this process,
+cheaply enough to poll in a loop (``leader`` and ``wait_leader`` use it).
+
 Faults act on a node's daemons (all of them, or chosen roles such as only the
 sequencer) with :meth:`LocalStream.kill_node` and :meth:`LocalStream.start_node`.
 :meth:`LocalStream.stop` ends every process it started, also when used as a
@@ -20,6 +24,7 @@ the configuration's defaults (5001, 5002, 7100, 8000, ...).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -262,13 +267,36 @@ class LocalStream:
             f"rt status exited {done.returncode}: {(done.stderr or done.stdout).strip()[-2000:]}"
         )
 
+    def quick_status(self, timeout_s: float = 8.0) -> dict[str, Any]:
+        """The document ``rt status --json`` prints, asked from this process over each
+        node's control channel (no interpreter to start: for polling loops such as
+        timing a failover). An unreachable node is ``{"name", "reachable": False, "error"}``."""
+        return asyncio.run(self._gather_status(timeout_s))
+
+    async def _gather_status(self, timeout_s: float) -> dict[str, Any]:
+        from rt_appliance.sequencer.control import query_status
+
+        who = self.node_names[0]  # any host of the stream may ask
+
+        async def one(name: str) -> dict[str, Any]:
+            try:
+                found = await asyncio.wait_for(query_status(self.config, who, name), timeout_s)
+                return {"reachable": True, "error": None, **found}
+            except (RTError, OSError, TimeoutError) as exc:
+                return {"name": name, "reachable": False, "error": str(exc) or type(exc).__name__}
+
+        nodes = await asyncio.gather(*(one(n) for n in self.node_names))
+        leaders = {n.get("leader") for n in nodes if n["reachable"] and n.get("role") == "leader"}
+        leader = next(iter(leaders)) if len(leaders) == 1 else None
+        return {"stream": self.config.stream, "leader": leader, "nodes": list(nodes)}
+
     def leader(self) -> str | None:
-        """The leader ``rt status`` names, None while there is none."""
-        leader = self.status().get("leader")
+        """The leader the nodes name (as ``rt status`` would), None while there is none."""
+        leader = self.quick_status().get("leader")
         return leader if isinstance(leader, str) else None
 
     def wait_leader(self, timeout_s: float = 30.0, not_in: Iterable[str] = ()) -> str:
-        """Wait until ``rt status`` names a leader (one not in ``not_in``); return its name."""
+        """Wait until the nodes name a leader (one not in ``not_in``); return its name."""
         excluded = set(not_in)
         found: list[str] = []
 

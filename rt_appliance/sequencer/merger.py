@@ -111,21 +111,25 @@ class Merger:
     def _run(self) -> None:
         while not self._stop.is_set():
             with self.machine.cond:
-                if not self.machine.pending:
+                if not self.machine.pending and self.machine.state.seq <= self.merged.seq:
                     self.machine.cond.wait(0.5)
-                    if not self.machine.pending:
-                        continue
-                item = self.machine.pending[0]
+                    continue
+                item = self.machine.pending[0] if self.machine.pending else None
+                target = self.machine.state.seq
             try:
-                self._carry_out(item)
+                if item is None:  # a snapshot left no instructions for the rest: copy it
+                    self._copy_stretch(target)
+                else:
+                    self._carry_out(item)
             except (RTError, OSError, ValueError) as exc:
-                self.halted = f"seq {getattr(item.instruction, 'seq', '-')}: {exc}"
+                what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
+                self.halted = f"seq {what}: {exc}"
                 log.error("merger: %s; retrying in %.0f s", self.halted, _RETRY_S)
                 self._stop.wait(_RETRY_S)
                 continue
             self.halted = ""
             with self.machine.cond:
-                if self.machine.pending and self.machine.pending[0] is item:
+                if item is not None and self.machine.pending and self.machine.pending[0] is item:
                     self.machine.pending.popleft()
                 idle = not self.machine.pending
             if idle:
@@ -218,6 +222,8 @@ class Merger:
 
     def _copy_stretch(self, target_seq: int) -> None:
         """Copy merged records up to ``target_seq`` from a peer."""
+        if target_seq <= self.merged.seq:
+            return
         log.info(
             "merger: copying merged log seq %d..%d from a peer", self.merged.seq + 1, target_seq
         )
@@ -232,6 +238,7 @@ class Merger:
                 if done and self.digest and restored is not None and restored[1] != self.digest:
                     raise RTError(f"copied log digest {self.digest} != committed {restored[1]}")
                 return
+        raise RTError(f"no peer could give merged records up to seq {target_seq}")
 
     def _copy_from(self, peer: str, target_seq: int) -> None:
         if self.merged.roll < 0:

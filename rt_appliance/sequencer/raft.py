@@ -371,7 +371,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             if node is None:
                 self.link.refused("identity", f"{addr[0]} presented {name!r}, not a peer node")
                 return
-            sock.settimeout(self.timeout_s)
+            sock.settimeout(None)  # a follower sends nothing to followers; keepalive finds the dead
             try:
                 self._read_frames(sock, node, name)
             except (OSError, ssl.SSLError, EOFError) as exc:

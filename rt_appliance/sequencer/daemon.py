@@ -221,6 +221,7 @@ class Sequencer:
 
     async def _observe_loop(self) -> None:
         path = leader_file(self.config, self.config.node(self.name))
+        next_gauges = 0.0
         while True:
             status = self.raft.status()
             m = self.metrics
@@ -236,6 +237,10 @@ class Sequencer:
             m.fetched.set(self.merger.fetched_inputs)
             m.copied.set(self.merger.copied_records)
             m.pruned.set(self.merger.pruned_files)
+            if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
+                await asyncio.to_thread(self._inputs)
+                await asyncio.to_thread(self._disk)
+                next_gauges = time.monotonic() + 1.0
             if status.leader != self._leader_seen:
                 log.info(
                     "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
@@ -246,20 +251,33 @@ class Sequencer:
                 tmp.replace(path)
             await asyncio.sleep(0.2)
 
-    def status(self) -> dict[str, Any]:
-        raft = self.raft.status()
+    def _inputs(self) -> dict[str, Any]:
+        """Per input: how far this node holds it, how far it is merged, the bytes between."""
         state = self.machine.committed()
         inputs: dict[str, Any] = {}
         for name, held in self.inputs.extents().items():
             merged = state.inputs.get(name)
-            lag = 0
-            if merged is not None:
-                p = Position(merged)
-                lag = bytes_after(self.inputs.get(name).path, p.session, p.roll, p.offset)
+            source = self.inputs.get(name)
+            start = Position(merged) if merged is not None else source.first_record()
+            lag = (
+                0
+                if start is None
+                else bytes_after(source.path, start.session, start.roll, start.offset)
+            )
             inputs[name] = {"held": held, "merged": merged, "lag_bytes": lag}
             self.metrics.input_lag.labels(name).set(lag)
+        return inputs
+
+    def _disk(self) -> archiver.Disk:
         disk = archiver.disk_usage(self.data_dir)
         self.metrics.disk.set(disk.percent)
+        return disk
+
+    def status(self) -> dict[str, Any]:
+        raft = self.raft.status()
+        state = self.machine.committed()
+        inputs = self._inputs()
+        disk = self._disk()
         return {
             "name": self.name,
             "role": raft.role,
@@ -276,6 +294,11 @@ class Sequencer:
             "committed_digest": state.digest,
             "pruned_below_roll": state.pruned_below,
             "rejected": state.rejected,
+            "last_reject": state.last_reject or None,
+            "apply_errors": self.raft.apply_errors,
+            "mismatches": self.merger.mismatches,
+            "fetched_inputs": self.merger.fetched_inputs,
+            "copied_records": self.merger.copied_records,
             "halted": self.merger.halted or None,
             "inputs": inputs,
             "disk": {

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rt_appliance.sequencer.state import Merge, Prune, SequencerState, decode_instruction
+from rt_appliance.sequencer.state import Instruction, Merge, SequencerState, decode_instruction
 
 __all__ = ["Committed", "SequencerMachine"]
 
@@ -25,7 +25,7 @@ __all__ = ["Committed", "SequencerMachine"]
 class Committed:
     """One applied instruction, with what the merger needs to carry it out."""
 
-    instruction: Merge | Prune
+    instruction: Instruction
     command: bytes
     watermark_before: int | None  # dedup topics: the watermark the merge filters against
     digest_after: str  # the state's digest once this merge is applied

@@ -33,7 +33,14 @@ from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.sequencer.inputs import Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog, parse_merged_records
-from rt_appliance.sequencer.state import ZERO_DIGEST, Merge, Prune, chain_digest, merged_header
+from rt_appliance.sequencer.state import (
+    ZERO_DIGEST,
+    Merge,
+    Prune,
+    Skip,
+    chain_digest,
+    merged_header,
+)
 
 __all__ = ["Merger", "build_record"]
 
@@ -121,7 +128,9 @@ class Merger:
                     self._copy_stretch(target)
                 else:
                     self._carry_out(item)
-            except (RTError, OSError, ValueError) as exc:
+            except Exception as exc:
+                if not isinstance(exc, (RTError, OSError, ValueError)):
+                    log.exception("merger: unexpected error")
                 what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
                 self.halted = f"seq {what}: {exc}"
                 log.error("merger: %s; retrying in %.0f s", self.halted, _RETRY_S)
@@ -140,6 +149,10 @@ class Merger:
         ins = item.instruction
         if isinstance(ins, Prune):
             self._prune(ins)
+            return
+        if isinstance(ins, Skip):
+            if self.config.archiver.prune_inputs:
+                self._prune_input(ins)
             return
         if ins.seq <= self.merged.seq:
             if ins.seq == self.merged.seq:
@@ -299,7 +312,7 @@ class Merger:
             [p.name for p in removed] or "none here",
         )
 
-    def _prune_input(self, ins: Merge) -> None:
+    def _prune_input(self, ins: Merge | Skip) -> None:
         start = Position(ins.start)
         for f in self.inputs.get(ins.dir).files()[:-1]:
             if f.key < start.file_key:

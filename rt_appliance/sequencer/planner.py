@@ -26,7 +26,7 @@ from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.raft import RaftNode
-from rt_appliance.sequencer.state import Merge, SequencerState
+from rt_appliance.sequencer.state import Merge, SequencerState, Skip
 
 __all__ = ["Planner", "majority_extent"]
 
@@ -116,7 +116,7 @@ class Planner:
         extents = [r.get(name, 0) for r in self._reports.values()]
         return majority_extent(extents, nodes)
 
-    def _next(self, spec: SequencerState) -> Merge | None:
+    def _next(self, spec: SequencerState) -> Merge | Skip | None:
         best = None
         for name in self.inputs.names():
             source = self.inputs.get(name)
@@ -149,6 +149,8 @@ class Planner:
         record, count, watermark = build_record(
             name, int(records.start), ts, seq, records.data, spec.watermark_of(name)
         )
+        if count == 0:  # every record a dedup message merged before: only the input moves
+            return Skip(name, int(records.start), int(records.end), ts)
         return Merge(
             seq=seq,
             position=spec.next_position(len(record)),

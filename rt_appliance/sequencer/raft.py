@@ -509,6 +509,10 @@ class RaftNode:
         _UNDECODABLE[0] = (self._obj._methodToID[self._obj._getFuncName("apply")], (b"",))
 
     @property
+    def apply_errors(self) -> int:
+        return int(self._obj.apply_errors)
+
+    @property
     def refusals(self) -> collections.Counter[str]:
         return self._link.refusals
 

@@ -7,6 +7,8 @@ Raft carries two kinds of instruction, JSON-encoded, never payloads:
   ``end`` (for a ``.dedup`` topic, only those whose id is above the topic's
   watermark). ``nbytes`` and ``crc`` (zlib CRC-32 of the whole merged record) let
   every node check that what it built is what the leader built.
+* ``skip``: advance input ``dir`` from ``start`` to ``end`` without a merged record:
+  every record in that range is a ``.dedup`` message already merged.
 * ``prune``: the archiver's decision that merged files with a roll below ``below``
   are deleted.
 
@@ -34,9 +36,11 @@ from rt_appliance.position import Position
 
 __all__ = [
     "MERGED_SESSION",
+    "Instruction",
     "Merge",
     "Prune",
     "SequencerState",
+    "Skip",
     "chain_digest",
     "decode_instruction",
     "merged_header",
@@ -86,6 +90,17 @@ class Merge:
 
 
 @dataclass(frozen=True, slots=True)
+class Skip:
+    dir: str
+    start: int
+    end: int
+    ts: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"t": "skip", **_fields(self)}, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
 class Prune:
     below: int  # merged rolls below this are deleted
     reason: str
@@ -95,11 +110,14 @@ class Prune:
         return json.dumps({"t": "prune", **_fields(self)}, separators=(",", ":")).encode()
 
 
-def _fields(obj: Merge | Prune) -> dict[str, Any]:
+Instruction = Merge | Skip | Prune
+
+
+def _fields(obj: Instruction) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in obj.__slots__}
 
 
-def decode_instruction(command: bytes) -> Merge | Prune | str:
+def decode_instruction(command: bytes) -> Instruction | str:
     """The instruction in ``command``, or why it is not a valid one."""
     try:
         doc = json.loads(command)
@@ -108,10 +126,12 @@ def decode_instruction(command: bytes) -> Merge | Prune | str:
     if not isinstance(doc, dict):
         return "not a JSON object"
     kind = doc.pop("t", None)
-    cls: type[Merge] | type[Prune]
+    cls: type[Merge] | type[Skip] | type[Prune]
     ints: tuple[str, ...]
     if kind == "merge":
         cls, ints, strs = Merge, Merge.__slots__, ("dir",)
+    elif kind == "skip":
+        cls, ints, strs = Skip, Skip.__slots__, ("dir",)
     elif kind == "prune":
         cls, ints, strs = Prune, Prune.__slots__, ("reason",)
     else:
@@ -155,7 +175,7 @@ class SequencerState:
         if self.end == 0:
             return int(Position.of(MERGED_SESSION, 0, self.header_bytes))
         end = Position(self.end)
-        if end.offset + nbytes > self.roll_bytes and end.offset > self.header_bytes:
+        if end.offset + nbytes >= self.roll_bytes and end.offset > self.header_bytes:
             return int(Position.of(MERGED_SESSION, end.roll + 1, self.header_bytes))
         return self.end
 
@@ -165,7 +185,7 @@ class SequencerState:
             return None
         return self.watermarks.get(topic, -(1 << 63))
 
-    def apply(self, command: bytes) -> Merge | Prune | None:
+    def apply(self, command: bytes) -> Instruction | None:
         """Apply one committed command; returns it, or None if it was rejected."""
         instruction = decode_instruction(command)
         problem = instruction if isinstance(instruction, str) else self._check(instruction)
@@ -187,12 +207,16 @@ class SequencerState:
             self.inputs[instruction.dir] = instruction.end
             if instruction.watermark is not None:
                 self.watermarks[topic_of(instruction.dir)] = instruction.watermark
+        elif isinstance(instruction, Skip):
+            self.inputs[instruction.dir] = instruction.end
         else:
             self.pruned_below = instruction.below
             self.prunes += 1
         return instruction
 
-    def _check(self, ins: Merge | Prune) -> str:
+    def _check(self, ins: Instruction) -> str:
+        if isinstance(ins, Skip):
+            return self._check_range(ins.dir, ins.start, ins.end)
         if isinstance(ins, Prune):
             newest = Position(self.end).roll if self.end else 0
             if not self.pruned_below < ins.below <= newest:
@@ -202,19 +226,27 @@ class SequencerState:
             return f"merge seq {ins.seq}, expected {self.seq + 1}"
         if ins.position != self.next_position(ins.nbytes):
             return f"merge at {ins.position}, expected {self.next_position(ins.nbytes)}"
-        if parse_publisher_dir(ins.dir) is None:
-            return f"merge of invalid input {ins.dir!r}"
-        known = self.inputs.get(ins.dir)
-        if known is not None and ins.start < known:
-            return f"merge of {ins.dir} from {ins.start}, already merged to {known}"
-        start, end = Position(ins.start), Position(ins.end)
-        if end.file_key != start.file_key or end < start or ins.count < 0 or ins.nbytes <= 0:
-            return "merge range crosses a file or is empty"
+        problem = self._check_range(ins.dir, ins.start, ins.end)
+        if problem:
+            return problem
+        if ins.count < 0 or ins.nbytes <= 0:
+            return "merge with a negative count or no bytes"
         if ins.nbytes > self.roll_bytes - self.header_bytes:
             return f"merge record of {ins.nbytes} bytes cannot fit a {self.roll_bytes}-byte file"
         is_dedup = is_dedup_topic(topic_of(ins.dir))
         if is_dedup != (ins.watermark is not None):
             return "watermark given for a topic that is not .dedup, or missing for one"
+        return ""
+
+    def _check_range(self, dir_name: str, start: int, end: int) -> str:
+        if parse_publisher_dir(dir_name) is None:
+            return f"invalid input {dir_name!r}"
+        known = self.inputs.get(dir_name)
+        if known is not None and start < known:
+            return f"{dir_name} from {Position(start)}, already merged to {Position(known)}"
+        first, last = Position(start), Position(end)
+        if last.file_key != first.file_key or last <= first:
+            return f"{dir_name} range {first}..{last} crosses a file or is empty"
         return ""
 
     # snapshots

@@ -25,6 +25,7 @@ class Feed:
         self.stream, self.host, self.topic = stream, host, topic
         self.directory = stream.publisher_root(host)  # the Publisher adds <topic>.<host>
         self.roll_bytes = roll_bytes
+        self.payload_bytes = 0  # pad payloads to this size
         self.ids: list[int] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -34,8 +35,11 @@ class Feed:
         with Publisher(self.directory, self.topic, self.host, roll_bytes=self.roll_bytes) as pub:
             for start in range(first, last + 1, 500):
                 ids = list(range(start, min(last, start + 499) + 1))
-                pub.publish_batch([b"%s-%d" % (self.host.encode(), i) for i in ids], ids=ids)
+                pub.publish_batch([self.payload(i) for i in ids], ids=ids)
                 self.ids += ids
+
+    def payload(self, i: int) -> bytes:
+        return (b"%s-%d" % (self.host.encode(), i)).ljust(self.payload_bytes, b".")
 
     def start(self, rate: int) -> Feed:
         """Publish at ``rate`` msg/s in the background until :meth:`stop`."""
@@ -51,7 +55,7 @@ class Feed:
                         time.sleep(0.002)
                         continue
                     ids = list(range(len(self.ids) + 1, len(self.ids) + 1 + min(due - i, 1000)))
-                    pub.publish_batch([b"%s-%d" % (self.host.encode(), n) for n in ids], ids=ids)
+                    pub.publish_batch([self.payload(n) for n in ids], ids=ids)
                     pub.flush()
                     self.ids += ids
                     i += len(ids)

@@ -19,6 +19,7 @@ from rt_appliance.sequencer.state import (
     Merge,
     Prune,
     SequencerState,
+    Skip,
     chain_digest,
     decode_instruction,
 )
@@ -116,9 +117,12 @@ def test_dedup_watermark_drops_what_was_merged() -> None:
     assert s.apply(m2.encode()) is not None
     assert s.watermarks == {"quotes.dedup": 5}
     m3 = merge_for(s, "quotes.dedup.pub-1", m1.end, [4, 5])
-    assert m3.count == 0 and m3.watermark == 5  # a replay: nothing new, the input advances
-    assert s.apply(m3.encode()) is not None
-    assert s.inputs["quotes.dedup.pub-1"] == m3.end
+    assert m3.count == 0 and m3.watermark == 5  # a replay: nothing new...
+    skip = Skip(m3.dir, m3.start, m3.end, 9)  # ...so the leader proposes a skip instead
+    seq = s.seq
+    assert s.apply(skip.encode()) == skip
+    assert s.inputs["quotes.dedup.pub-1"] == m3.end and s.seq == seq  # no merged record
+    assert s.apply(skip.encode()) is None  # the same range again: already merged
 
 
 def test_decode_instruction_names_the_problem() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-__all__ = ["NetnsHost"]
+__all__ = ["NetnsHost", "enable_forwarding", "restore_forwarding"]
 
 
 def _ip(*args: str) -> None:
@@ -47,6 +47,12 @@ class NetnsHost:
     def exec_(self, *command: str) -> None:
         subprocess.run([*self.prefix, *command], check=True, capture_output=True, text=True)
 
+    def route_via_host(self) -> None:
+        """Send everything not on the link through this namespace's side of the veth, so
+        hosts in different namespaces reach each other through the root namespace (which
+        must forward: see :func:`enable_forwarding`)."""
+        self.exec_("ip", "route", "add", "default", "via", self.local_address)
+
     def cut(self) -> None:
         _ip("link", "set", self.host_if, "down")
 
@@ -56,3 +62,18 @@ class NetnsHost:
     def close(self) -> None:
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+def enable_forwarding() -> str:
+    """Turn on IPv4 forwarding in the root namespace; returns the previous value."""
+    path = "/proc/sys/net/ipv4/ip_forward"
+    with open(path) as f:
+        before = f.read().strip()
+    with open(path, "w") as f:
+        f.write("1\n")
+    return before
+
+
+def restore_forwarding(value: str) -> None:
+    with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+        f.write(value + "\n")

@@ -1,0 +1,96 @@
+"""A minority partition (as root): the majority keeps merging, the cut node stops, and after
+healing every merged log is identical. Each node is its own network namespace."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rt_appliance.config import load_config
+from rt_appliance.log.segments import list_files
+from rt_appliance.testing.checkers import assert_clean, check_merged
+from rt_appliance.testing.cluster import Daemon, write_local_config
+from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
+from tests.sequencer.conftest import SMALL
+
+pytestmark = [pytest.mark.fault, pytest.mark.root, pytest.mark.slow]
+
+
+@pytest.fixture
+def namespaces() -> Iterator[list[NetnsHost]]:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for network namespaces")
+    before = enable_forwarding()
+    hosts: list[NetnsHost] = []
+    try:
+        for tag in (1, 2, 3):
+            hosts.append(NetnsHost(10 + tag))
+            hosts[-1].route_via_host()
+        yield hosts
+    finally:
+        for h in hosts:
+            h.close()
+        restore_forwarding(before)
+
+
+def _merged_bytes(directory: Path) -> int:
+    return sum(f.path.stat().st_size for f in list_files(directory))
+
+
+def test_minority_partition_then_heal(tmp_path: Path, namespaces: list[NetnsHost]) -> None:
+    nodes = [{"name": f"rt-{i}", "host": ns.address} for i, ns in enumerate(namespaces, 1)]
+    extra = {
+        **SMALL,
+        "nodes": nodes,
+        "replication": {
+            "ack_timeout_ms": 1000,
+            "reconnect_initial_ms": 50,
+            "reconnect_max_ms": 500,
+        },
+    }
+    path = write_local_config(tmp_path, publishers={"pub-1": ["trades"]}, extra=extra)
+    config = load_config(path)
+    logs = tmp_path / "logs"
+    daemons: list[Daemon] = []
+    try:
+        for ns, node in zip(namespaces, config.nodes, strict=True):
+            for role in ("push-server", "sequencer", "pull-server"):
+                args = [role, "--config", str(path), "--node", node.name]
+                daemons.append(Daemon(f"{role}-{node.name}", args, logs, ns.prefix).start())
+        for role, host in (("push-client", "pub-1"), ("pull-client", "sub-1")):
+            args = [role, "--config", str(path), "--host", host]
+            daemons.append(Daemon(f"{role}-{host}", args, logs).start())
+        from rt_appliance.publish import Publisher
+
+        root = config.data_dir_of(config.publisher("pub-1")) / "pub"
+        ids: list[int] = []
+
+        def publish(first: int, last: int) -> None:
+            with Publisher(root, "trades", "pub-1", roll_bytes=256 << 10) as pub:
+                batch = list(range(first, last + 1))
+                pub.publish_batch([b"m-%d" % i for i in batch], ids=batch)
+            ids.extend(batch)
+
+        merged = {n.name: config.data_dir_of(n) / "merged" for n in config.nodes}
+        every_log = "\n".join(d.log()[-2000:] for d in daemons)
+        publish(1, 3000)
+        assert_clean(check_merged(merged, {("trades", "pub-1"): ids}, timeout_s=60), every_log)
+
+        namespaces[0].cut()  # rt-1 alone: a minority of one
+        size_at_cut = _merged_bytes(merged["rt-1"])
+        publish(3001, 6000)
+        majority = {k: v for k, v in merged.items() if k != "rt-1"}
+        report = check_merged(majority, {("trades", "pub-1"): ids}, timeout_s=60)
+        assert_clean(report, "\n".join(d.log()[-2000:] for d in daemons))
+        assert _merged_bytes(merged["rt-1"]) == size_at_cut, "the minority merged without quorum"
+
+        namespaces[0].heal()
+        report = check_merged(merged, {("trades", "pub-1"): ids}, timeout_s=90)
+        assert_clean(report, "\n".join(d.log()[-3000:] for d in daemons))
+    finally:
+        for d in daemons:
+            d.stop()

@@ -98,6 +98,7 @@ class Merger:
         self._write_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
         machine.before_snapshot = self.sync
+        self._history_below = _last_recorded_prune(history)
 
     def start(self) -> None:
         self._thread.start()
@@ -296,6 +297,9 @@ class Merger:
         with self._write_lock:
             removed = self.merged.delete_below(ins.below)
         self.pruned_files += len(removed)
+        if ins.below <= self._history_below:
+            return  # replayed after a restart: recorded already
+        self._history_below = ins.below
         entry = {
             "time_ns": ins.ts,
             "pruned_below_roll": ins.below,
@@ -326,3 +330,18 @@ def _matches(record: bytes, ins: Merge) -> bool:
 
 def _rebuild(ins: Merge, source: bytes, watermark_before: int | None) -> bytes:
     return build_record(ins.dir, ins.start, ins.ts, ins.seq, source, watermark_before)[0]
+
+
+def _last_recorded_prune(history: Path) -> int:
+    """The highest ``pruned_below_roll`` in the log-history file (0: none)."""
+    try:
+        lines = history.read_text().splitlines()
+    except FileNotFoundError:
+        return 0
+    below = 0
+    for line in lines:
+        try:
+            below = max(below, int(json.loads(line)["pruned_below_roll"]))
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a crash
+    return below

@@ -60,6 +60,7 @@ class Planner:
         self._report_times: dict[str, float] = {}
         self.proposed = 0
         self.failed = 0
+        self._too_big: tuple[str, int] | None = None
 
     def report(self, node: str, extents: dict[str, int]) -> None:
         with self._lock:
@@ -149,6 +150,18 @@ class Planner:
         record, count, watermark = build_record(
             name, int(records.start), ts, seq, records.data, spec.watermark_of(name)
         )
+        if len(record) > spec.roll_bytes - spec.header_bytes and len(records.ids) == 1:
+            if self._too_big != (name, int(records.start)):
+                self._too_big = (name, int(records.start))
+                log.error(
+                    "planner: the record of %s at %s (%d bytes) cannot fit a merged file of "
+                    "sequencer.merged_roll_bytes=%d: merging waits until it is raised",
+                    name,
+                    records.start,
+                    len(record),
+                    spec.roll_bytes,
+                )
+            return None
         if count == 0:  # every record a dedup message merged before: only the input moves
             return Skip(name, int(records.start), int(records.end), ts)
         return Merge(

@@ -294,6 +294,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._server: socket.socket | None = None
         self._ready = False
         self._closing = False
+        self._next_bind_warning = 0.0
         for node in other_nodes:
             self.addNode(node)
 
@@ -305,7 +306,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
         try:
             server = socket.create_server((host, port), reuse_port=False, backlog=64)
         except OSError as exc:
-            log.warning("raft: cannot listen on %s:%d yet: %s", host, port, exc)
+            if time.monotonic() >= self._next_bind_warning:  # pysyncobj retries every tick
+                log.warning("raft: cannot listen on %s:%d yet: %s (retrying)", host, port, exc)
+                self._next_bind_warning = time.monotonic() + 5.0
             return
         self._server = server
         self._ready = True

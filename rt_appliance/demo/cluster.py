@@ -311,8 +311,8 @@ def run_cluster(options: ClusterDemoOptions, say: Say) -> dict[str, Any]:
     ports = options.ports
     addresses = [f"127.0.0.{i}" for i in range(1, options.nodes + 1)]
     addresses += ["127.0.1.1", "127.0.1.2", "127.0.2.1"]
-    if ports == "default" and (taken := ports_in_use(addresses)):
-        say(f"   ports {taken} are in use here: the demo picks free ports instead")
+    taken = ports_in_use(addresses) if ports == "default" else []
+    if taken:
         ports = "free"
     stream = LocalStream(
         work / "stream",
@@ -329,7 +329,10 @@ def run_cluster(options: ClusterDemoOptions, say: Say) -> dict[str, Any]:
         f"pub-2 (127.0.1.2), subscriber {SUBSCRIBER} (127.0.2.1)"
     )
     say(f"   certificates in {stream.config.tls.dir}: a CA and one per host (mutual TLS)")
-    say(f"   ports: push {p.push}, pull {p.pull}, raft {p.raft}, control {p.control}")
+    say(
+        f"   ports: push {p.push}, pull {p.pull}, raft {p.raft}, control {p.control}"
+        + (f" (the defaults {taken} are in use here)" if taken else "")
+    )
     app = SubscriberApp(stream.subscriber_dir(SUBSCRIBER))
     with stream:
         try:
@@ -415,7 +418,10 @@ def _final_status(stream: LocalStream, say: Say) -> dict[str, Any]:
     for n in status.get("nodes", []):
         say(
             f"   {n.get('name')}: {n.get('role')}, term {n.get('term')}, "
-            f"merged seq {n.get('merged_seq')}, digest {str(n.get('digest'))[:16]}"
+            f"commit index {n.get('commit_index')}, merged seq {n.get('merged_seq')}, "
+            f"digest {str(n.get('digest'))[:16]}"
+            if n.get("reachable")
+            else f"   {n.get('name')}: unreachable: {n.get('error')}"
         )
     return status
 
@@ -468,6 +474,7 @@ def _summary(
             "duplicated": report.duplicated,
             "out_of_order": report.out_of_order,
             "settled": report.settled,
+            "read_from": report.read_from,
             "differences": report.logs.differences,
         },
         "nodes": nodes,

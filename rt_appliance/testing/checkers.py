@@ -305,10 +305,11 @@ class MergedReport:
     """The merged logs of several nodes: identical? every message once, in order?"""
 
     logs: LogComparison  # nodes first, then the copies
-    delivery: DeliveryReport  # what the first node's merged log delivers
+    delivery: DeliveryReport  # what the merged log of node ``read_from`` delivers
     settled: bool  # converged (identical and nothing missing) before the deadline
     waited_s: float
     error: str | None = None  # reading the log failed (corruption, ...)
+    read_from: str = ""  # the node whose merged log was read: the first, or the longest
 
     @property
     def digests(self) -> dict[str, str]:
@@ -342,7 +343,8 @@ class MergedReport:
             + ("" if self.settled else " (did not settle before the deadline)")
             + "; "
             + ", ".join(f"{n} {s} B {self.digests[n][:12]}" for n, s in self.logs.sizes.items()),
-            f"published {d.published}, delivered {d.delivered}: missing {d.missing}, "
+            f"published {d.published}, delivered {d.delivered} (read on {self.read_from}): "
+            f"missing {d.missing}, "
             f"duplicated {d.duplicated}, out of order {d.out_of_order}, "
             f"unexpected {d.unexpected}",
         ]
@@ -404,8 +406,17 @@ def check_merged(
         time.sleep(interval_s)
     waited = time.monotonic() - start
     logs = _compare_settled(everything)
+    read_from = next(iter(dirs))
+    longest = max(dirs, key=lambda name: logs.sizes.get(name, 0))
+    if not settled and error is None and logs.sizes.get(longest, 0) > logs.sizes.get(read_from, 0):
+        # the first node is behind: count what the most advanced one holds instead
+        try:
+            delivered, _ = read_delivery(dirs[longest], kind)
+            read_from = longest
+        except (RTError, FileNotFoundError) as exc:
+            error = f"reading {longest}: {type(exc).__name__}: {exc}"
     delivery = count_delivery(delivered, expected, ignore_other_sources)
-    return MergedReport(logs, delivery, settled, waited, error)
+    return MergedReport(logs, delivery, settled, waited, error, read_from)
 
 
 def _compare_settled(dirs: Mapping[str, Path], attempts: int = 5) -> LogComparison:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -141,3 +142,16 @@ def test_a_corrupt_merged_log_is_an_error_not_a_wait(
     assert time.monotonic() - started < 10
     assert report.error is not None and "CorruptLogError" in report.error
     assert not report.clean
+
+
+def test_a_first_node_left_behind_is_not_mistaken_for_lost_messages(
+    tmp_path: Path, logs: dict[tuple[str, str], list[Message]]
+) -> None:
+    behind = build(tmp_path, "rt-1", IN_ORDER[:2], logs)
+    full = build(tmp_path, "rt-2", IN_ORDER, logs)
+    report = check_merged({"rt-1": behind, "rt-2": full}, EXPECTED_IDS, timeout_s=0.3)
+    assert not report.clean and not report.settled
+    assert report.read_from == "rt-2" and report.missing == 0
+    [difference] = report.logs.differences
+    assert re.fullmatch(r"rt-2: log\.1\.0 is \d+ bytes, \d+ on rt-1 \(rt-1 is behind\)", difference)
+    assert "(read on rt-2)" in report.describe()

@@ -287,6 +287,7 @@ class Sequencer:
             "last_applied": raft.last_applied,
             "has_quorum": raft.has_quorum,
             "connected": raft.connected,
+            "raft_peers": raft.peers if raft.role == "leader" else {},
             "merged_seq": self.merged.seq,
             "merged_position": self.merged.end,
             "digest": self.merger.digest,

@@ -69,6 +69,7 @@ MAX_RAFT_FRAME = 64 << 20
 _LENGTH = struct.Struct("<I")
 _SEND_QUEUE = 4096  # messages waiting for one peer; beyond, raft's retransmission covers
 _CONNECT_TIMEOUT_S = 3.0
+_ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
 
 
 # -- decoding: no globals, ever -------------------------------------------------------
@@ -195,6 +196,7 @@ class RaftStatus:
     has_quorum: bool
     log_entries: int
     connected: list[str]
+    peers: dict[str, dict[str, int | None]]  # leader only: next and match index per follower
 
 
 # -- the transport --------------------------------------------------------------------
@@ -209,6 +211,9 @@ class _Peer:
         self.ready = threading.Event()  # messages are waiting
         self.connected = False
         self.stopping = False
+        self.in_step = False  # the follower accepted our last append
+        self.awaiting = False  # an append is out and its answer not back
+        self.awaiting_until = 0.0
         self.thread = threading.Thread(target=self._run, name=f"raft-to-{name}", daemon=True)
         self.thread.start()
 
@@ -224,6 +229,7 @@ class _Peer:
                 continue
             backoff = 0.05
             self.queue.clear()
+            self.in_step = self.awaiting = False
             self.connected = True
             self.transport._event("up", self.node, None)
             log.info("raft: connected to %s at %s:%d", self.name, *self.address)
@@ -257,6 +263,23 @@ class _Peer:
             while self.queue and len(pieces) < 256:
                 pieces.append(self.queue.popleft())
             sock.sendall(b"".join(pieces))
+
+    # Flow control for a follower that is not in step. pysyncobj's leader sends its whole
+    # backlog at once, moving its next index past the end; a follower whose log diverges
+    # (an old leader's uncommitted tail) rejects the first batch (its answer moves the index
+    # back one) and every later one (each answer moves it to the follower's end): the two
+    # kinds of answer alternate forever. So until a follower accepts, one append is in
+    # flight at a time, and each answer steps the index back one entry.
+    def may_append(self) -> bool:
+        if self.in_step:
+            return True
+        if self.awaiting and time.monotonic() < self.awaiting_until:
+            return False
+        self.awaiting, self.awaiting_until = True, time.monotonic() + _ANSWER_WAIT_S
+        return True
+
+    def answered(self, success: bool) -> None:
+        self.in_step, self.awaiting = success, False
 
     def send(self, frame: bytes) -> bool:
         if not self.connected or len(self.queue) >= _SEND_QUEUE:
@@ -335,6 +358,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
         peer = self._peers.get(node)
         if peer is None:
             return False
+        if message.get("type") == "append_entries" and not peer.may_append():
+            return True  # held back until the follower answers; raft resends from its answer
         self.link.sync_journal()  # nothing leaves before the journal is on disk
         body = pickle.dumps(message, protocol=4)
         return peer.send(_LENGTH.pack(len(body)) + body)
@@ -420,6 +445,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
         while self._events:
             kind, node, message = self._events.popleft()
             if kind == "msg":
+                peer = self._peers.get(node)
+                if peer is not None and message.get("type") == "next_node_idx":
+                    peer.answered(bool(message.get("success")))
                 self._onMessageReceived(node, message)
             elif kind == "up":
                 self._onNodeConnected(node)
@@ -544,6 +572,14 @@ class RaftNode:
             last_applied=int(s["last_applied"]),
             has_quorum=bool(s["has_quorum"]),
             log_entries=int(s["log_len"]),
+            peers={
+                n.name: {
+                    "next_index": s.get(f"next_node_idx_server_{_address(self.config, n)}"),
+                    "match_index": s.get(f"match_idx_server_{_address(self.config, n)}"),
+                }
+                for n in self.config.nodes
+                if n.name != self.name
+            },
             connected=sorted(
                 n.name
                 for n in self.config.nodes

@@ -358,7 +358,12 @@ class TlsTransport(Transport):  # type: ignore[misc]
         peer = self._peers.get(node)
         if peer is None:
             return False
-        if message.get("type") == "append_entries" and not peer.may_append():
+        if (
+            message.get("type") == "append_entries"
+            and "serialized" not in message  # snapshot chunks: each one is needed
+            and "transmission" not in message  # pieces of one large entry: likewise
+            and not peer.may_append()
+        ):
             return True  # held back until the follower answers; raft resends from its answer
         self.link.sync_journal()  # nothing leaves before the journal is on disk
         body = pickle.dumps(message, protocol=4)

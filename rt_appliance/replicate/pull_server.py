@@ -54,6 +54,7 @@ from rt_appliance.replicate.topology import (
     DirectoryChanges,
     ServedStream,
     known_leader,
+    merged_log_stale,
     oldest_position,
     pull_source_dir,
 )
@@ -62,6 +63,8 @@ from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import server_context
 
 __all__ = ["PullServer", "ServerMetrics"]
+
+STALE_CHECK_S = 1.0  # how often an idle pull checks that the node's sequencer is alive
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,11 @@ class ServerMetrics:
         self.rejected = Counter("rt_pull_server_rejected", "Connections refused", registry=r)
         self.prunes = Counter("rt_pull_server_prunes_sent", "PRUNE frames sent", registry=r)
         self.lag = Gauge("rt_pull_server_lag_bytes", "Bytes unsent", ["peer"], registry=r)
+        self.redirected = Counter(
+            "rt_pull_server_redirected",
+            "Clients sent to another node: this node's sequencer was silent or without quorum",
+            registry=r,
+        )
         self.fetches = Counter(
             "rt_pull_server_fetches", "FETCH requests answered (FETCHED sent)", registry=r
         )
@@ -273,6 +281,7 @@ class PullServer:
         assert self._changes is not None
         oldest: Position | None = None
         lag_at = 0.0
+        stale_check = time.monotonic() + STALE_CHECK_S  # a client just came: give it a moment
         try:
             while True:
                 seen = self._changes.generation
@@ -280,6 +289,13 @@ class PullServer:
                 chunk = await finish_in_thread(stream.read)
                 if chunk is None:
                     self.metrics.lag.labels(conn.peer).set(0)
+                    stale = self._stale() if time.monotonic() >= stale_check else None
+                    if stale:  # other nodes may be merging: let the client go to one of them
+                        log.warning("%s: sending %s elsewhere: %s", self.name, conn.peer, stale)
+                        self.metrics.redirected.inc()
+                        await conn.error(f"{self.name}'s merged log is not growing: {stale}", True)
+                        return
+                    stale_check = time.monotonic() + STALE_CHECK_S
                     await self._changes.wait(seen, FOLLOW_POLL_S)
                     continue
                 position, data, records = chunk
@@ -295,6 +311,12 @@ class PullServer:
         except CorruptLogError as exc:
             log.error("%s: cannot serve %s: %s", self.name, conn.peer, exc)
             await conn.error(f"{self.name} cannot serve: {exc}", retryable=True)
+
+    def _stale(self) -> str | None:
+        """Why the served merged log cannot grow now, if this node's sequencer says so."""
+        if self.directory != self.config.data_dir_of(self.node) / "merged":
+            return None  # a configured pull_source: no sequencer behind it
+        return merged_log_stale(self.config, self.node)
 
     async def _announce_prune(self, conn: Connection, told: Position | None) -> Position | None:
         """PRUNE {before: the oldest file's start} when it differs from what ``conn`` was told."""

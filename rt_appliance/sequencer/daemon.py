@@ -27,7 +27,7 @@ from rt_appliance.log.segments import bytes_after
 from rt_appliance.log.watch import DirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
-from rt_appliance.replicate.topology import leader_file
+from rt_appliance.replicate.topology import sequencer_file, write_sequencer_file
 from rt_appliance.sequencer import archiver
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.inputs import Inputs
@@ -220,8 +220,8 @@ class Sequencer:
                 await asyncio.wait_for(done.wait(), 10)
 
     async def _observe_loop(self) -> None:
-        path = leader_file(self.config, self.config.node(self.name))
-        next_gauges = 0.0
+        path = sequencer_file(self.config, self.config.node(self.name))
+        next_gauges = next_heartbeat = 0.0
         while True:
             status = self.raft.status()
             m = self.metrics
@@ -246,9 +246,9 @@ class Sequencer:
                     "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
                 )
                 self._leader_seen = status.leader
-                tmp = path.with_name(".leader.new")
-                tmp.write_text((status.leader or "") + "\n")
-                tmp.replace(path)
+            if time.monotonic() >= next_heartbeat:  # for this node's pull server
+                write_sequencer_file(path, status.leader, status.has_quorum)
+                next_heartbeat = time.monotonic() + 0.5
             await asyncio.sleep(0.2)
 
     def _inputs(self) -> dict[str, Any]:

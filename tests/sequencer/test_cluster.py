@@ -125,3 +125,27 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     check_stream(stream, feeds, timeout_s=120)
     # the raft log it missed was compacted away: rt-3 copied merged records from a peer
     assert "copying merged log" in stream.node_daemons("rt-3")["sequencer"].log()
+
+
+def test_subscriber_leaves_a_node_whose_sequencer_died(local_stream) -> None:  # type: ignore[no-untyped-def]
+    import re
+
+    from rt_appliance.testing.checkers import assert_clean, check_merged
+
+    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL).start()
+    stream.wait_leader()
+    feeds = [Feed(stream, "pub-1", "trades"), Feed(stream, "pub-2", "quotes")]
+    for f in feeds:
+        f.publish(1, 2000)
+    check_stream(stream, feeds)
+    pulling = re.findall(r"pulling from (rt-\d)", stream.subscriber_daemon("sub-1").log())[-1]
+    stream.kill_node(pulling, roles="sequencer")
+    for f in feeds:
+        f.publish(2001, 4000)
+    others = {n: d for n, d in stream.merged_dirs().items() if n != pulling}
+    expected = {f.source: list(f.ids) for f in feeds}
+    report = check_merged(others, expected, copies={"sub-1": stream.subscriber_dir("sub-1")})
+    assert_clean(report, stream.logs())
+    assert "not growing" in stream.subscriber_daemon("sub-1").log()
+    stream.start_node(pulling, roles="sequencer")
+    check_stream(stream, feeds)

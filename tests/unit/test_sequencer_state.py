@@ -179,3 +179,30 @@ def test_archiver_rules() -> None:
     below, _ = decide(files, now, disk, ArchiverConfig(retention_minutes=0.001)) or (0, "")
     assert below == 4
     assert decide(files[:1], now, Disk(1000, 999), ArchiverConfig()) is None
+
+
+def test_only_the_raft_module_imports_pysyncobj() -> None:
+    import re
+    from pathlib import Path
+
+    import rt_appliance
+
+    root = Path(rt_appliance.__file__).parent
+    importers = [
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.py")
+        if re.search(r"^\s*(import|from)\s+pysyncobj", p.read_text(), re.M)
+    ]
+    assert importers == ["sequencer/raft.py"]
+
+
+def test_every_syncobjconf_option_is_set_explicitly() -> None:
+    import inspect
+    import re
+
+    from rt_appliance.sequencer import raft
+
+    options = set(re.findall(r"kwargs\.get\('(\w+)'", inspect.getsource(raft.SyncObjConf)))
+    body = inspect.getsource(raft._conf)
+    given = set(re.findall(r"^\s+(\w+)=", body, re.M))
+    assert options and options == given

@@ -10,6 +10,13 @@ from pathlib import Path
 
 import click
 
+from rt_appliance.bench.cluster_bench import (
+    MEASUREMENTS,
+    ClusterBenchOptions,
+    describe_config,
+    run_cluster_bench,
+    verdicts,
+)
 from rt_appliance.bench.log_bench import run_log_bench
 from rt_appliance.bench.replicate_bench import run_replicate_bench
 from rt_appliance.bench.report import markdown_table, write_section
@@ -23,8 +30,9 @@ def bench() -> None:
     """Benchmarks. Each figure is the median of several runs; see docs/BENCHMARKS.md."""
 
 
-def _common(suite: str, default_runs: int) -> Callable[[Command], Command]:
-    """The options every benchmark takes: runs, memory, workdir, output, json."""
+def _common(suite: str, default_runs: int, memory_gb: bool = True) -> Callable[[Command], Command]:
+    """The options every benchmark takes: runs, memory (unless ``memory_gb`` is false),
+    workdir, output, json."""
 
     def decorate(command: Command) -> Command:
         options = [
@@ -58,6 +66,8 @@ def _common(suite: str, default_runs: int) -> Callable[[Command], Command]:
             ),
             click.option("--json", "as_json", is_flag=True, help="Print results as JSON."),
         ]
+        if not memory_gb:
+            del options[1]
         for option in reversed(options):
             command = option(command)
         return command
@@ -70,7 +80,13 @@ def _progress(suite: str) -> Callable[[str], None]:
 
 
 def _report(
-    suite: str, results: list[Result], workdir: Path, output: Path | None, as_json: bool, notes: str
+    suite: str,
+    results: list[Result],
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+    notes: str,
+    machine_extra: str = "",
 ) -> None:
     """Print the results, and write them with the command and machine into ``output``."""
     if as_json:
@@ -80,6 +96,7 @@ def _report(
     if output is not None:
         command = f"rt bench {suite} " + shlex.join(sys.argv[3:])
         machine = f"{machine_description()}; files on {filesystem_of(str(workdir))}"
+        machine += machine_extra
         write_section(output, suite, command.strip(), machine, results, notes)
 
 
@@ -155,6 +172,188 @@ def replicate_bench(
     _report("replicate", results, workdir, output, as_json, _REPLICATE_NOTES)
 
 
+@bench.command("cluster")
+@_common("cluster", default_runs=3, memory_gb=False)
+@click.option(
+    "--measure",
+    "measure",
+    type=click.Choice(MEASUREMENTS),
+    multiple=True,
+    help="What to measure (repeatable)  [default: all of them]",
+)
+@click.option(
+    "--messages",
+    type=click.IntRange(1000),
+    default=2_000_000,
+    show_default=True,
+    help="Messages per publisher for the throughput and merge runs.",
+)
+@click.option(
+    "--kills",
+    type=click.IntRange(1, 50),
+    default=5,
+    show_default=True,
+    help="Leader kills per failover run.",
+)
+@click.option(
+    "--failover-rate",
+    type=click.IntRange(2),
+    default=20_000,
+    show_default=True,
+    help="Total msg/s published while leaders are killed.",
+)
+@click.option(
+    "--latency-rate",
+    type=click.IntRange(2),
+    default=5_000,
+    show_default=True,
+    help="Total msg/s of the latency runs.",
+)
+@click.option(
+    "--latency-seconds",
+    type=click.FloatRange(0.5, 600),
+    default=10.0,
+    show_default=True,
+    help="Length of each latency run.",
+)
+@click.option(
+    "--memory-messages",
+    type=click.IntRange(0),
+    default=10_000_000,
+    show_default=True,
+    help="Messages in total while sequencer memory is sampled (0 skips it).",
+)
+@click.option(
+    "--memory-rate",
+    type=click.IntRange(0),
+    default=50_000,
+    show_default=True,
+    help="Total msg/s of the memory run (0: as fast as the publishers can).",
+)
+@click.option(
+    "--publisher-fsync",
+    type=click.Choice(["always", "batch", "interval", "never"]),
+    default="never",
+    show_default=True,
+    help="The publishing applications' fsync.",
+)
+@click.option(
+    "--publisher-roll-mib",
+    type=click.IntRange(1, 1024),
+    default=1024,
+    show_default=True,
+    help="The publishing applications' roll_bytes, in MiB.",
+)
+@click.option(
+    "--max-range-kib",
+    type=click.IntRange(4, 256 << 10),
+    default=None,
+    help="sequencer.max_range_bytes in KiB  [default: the configuration default, 1 MiB]",
+)
+@click.option(
+    "--nice",
+    type=click.IntRange(0, 19),
+    default=0,
+    show_default=True,
+    help="Niceness of the publishing and subscribing applications.",
+)
+@click.option(
+    "--stall-seconds",
+    type=click.FloatRange(5),
+    default=30.0,
+    show_default=True,
+    help="A run with no progress for this long has stalled; it is reported and skipped.",
+)
+@click.option(
+    "--restart-seconds",
+    type=click.FloatRange(5),
+    default=30.0,
+    show_default=True,
+    help="How long a restarted sequencer may take to be back in step before the "
+    "remaining kills go on in a fresh stream.",
+)
+def cluster_bench(
+    runs: int,
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+    measure: tuple[str, ...],
+    messages: int,
+    kills: int,
+    failover_rate: int,
+    latency_rate: int,
+    latency_seconds: float,
+    memory_messages: int,
+    memory_rate: int,
+    publisher_fsync: str,
+    publisher_roll_mib: int,
+    max_range_kib: int | None,
+    nice: int,
+    stall_seconds: float,
+    restart_seconds: float,
+) -> None:
+    """A 3-node stream end to end: throughput, merge rate, failover, latency, memory.
+
+    Starts a whole stream of real daemons with mutual TLS on this machine (per node
+    on 127.0.0.1-3: rt push-server, rt sequencer, rt pull-server; rt push-client on
+    publisher hosts pub-1 and pub-2; rt pull-client on subscriber host sub-1), a
+    fresh one per run. The publishing applications (one per publisher host) and the
+    subscribing application (Subscriber following sub-1's copy of the merged log)
+    are processes of their own. 100-byte payloads.
+
+    \b
+    throughput  both publishers publish --messages in batches of 1,000 at full
+                speed; first publish -> the subscriber has read them all
+    merge       the sequencers alone: input already on every node, a leader
+                elected -> every node's merged log holds it all
+    failover    SIGKILL the leader's sequencer --kills times under --failover-rate;
+                kill -> another leader has committed and merged past the kill
+    latency     single publish calls at --latency-rate in total; record
+                timestamp -> the subscriber reads it (p50, p99, max)
+    memory      RSS of every rt sequencer while --memory-messages pass (once)
+
+    A run that makes no progress for --stall-seconds is reported with the nodes'
+    status and the end of the sequencers' logs, kept under --workdir, and left out
+    of the medians.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    opts = ClusterBenchOptions(
+        workdir=workdir,
+        runs=runs,
+        measure=measure or MEASUREMENTS,
+        messages=messages,
+        kills=kills,
+        failover_rate=failover_rate,
+        latency_rate=latency_rate,
+        latency_seconds=latency_seconds,
+        memory_messages=memory_messages,
+        memory_rate=memory_rate,
+        publisher_fsync=publisher_fsync,
+        publisher_roll_bytes=publisher_roll_mib << 20,
+        max_range_bytes=None if max_range_kib is None else max_range_kib << 10,
+        nice=nice,
+        stall_s=stall_seconds,
+        restart_s=restart_seconds,
+    )
+    report = run_cluster_bench(opts, _progress("cluster"))
+    for problem in report.problems:
+        click.echo(f"rt bench cluster: {problem}", err=True)
+    notes = "Targets:\n\n" + verdicts(report.results) + "\n\n" + _CLUSTER_NOTES
+    if report.problems:
+        notes += "\nProblems in this measurement:\n\n" + "\n".join(
+            "```\n" + p.strip() + "\n```" for p in report.problems
+        )
+    loads = report.loads or [0.0]
+    machine = (
+        f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} as the runs started"
+        f"; stream settings: {describe_config(opts)}"
+    )
+    measured = [r for r in report.results if r.values]
+    _report("cluster", measured, workdir, output, as_json, notes, machine)
+    if report.problems:
+        raise SystemExit(1)
+
+
 _NOTES = """\
 Payloads are {payload} bytes (128-byte records with the 28-byte record header); each run
 uses a fresh directory; figures are medians. What limits each figure:
@@ -190,4 +389,10 @@ servers and the latency follower. What limits the figures:
   p50 0.84 ms and p99 2.18 ms (runs 2.08-2.87); the rest is five processes woken per
   message on two cores;
 - memory: each daemon grows by its frame buffers (about 20 MB) whatever it moves.
+"""
+
+
+_CLUSTER_NOTES = """\
+Everything runs on this one machine: three nodes of three daemons each, two push
+clients, a pull client, the two publishing applications and the subscribing one.
 """

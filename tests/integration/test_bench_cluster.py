@@ -1,0 +1,67 @@
+"""`rt bench cluster` as a user runs it, with tiny counts: every figure present and sane."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+RT = [sys.executable, "-m", "rt_appliance.cli"]
+
+
+@pytest.mark.timeout(600)
+def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
+    doc = tmp_path / "BENCHMARKS.md"
+    doc.write_text("# Benchmarks\n")
+    args = [
+        *RT,
+        "bench",
+        "cluster",
+        "--runs=1",
+        "--messages=20000",
+        "--kills=1",
+        "--failover-rate=2000",
+        "--latency-rate=1000",
+        "--latency-seconds=1",
+        "--memory-messages=20000",
+        "--memory-rate=10000",
+        "--restart-seconds=90",
+        f"--workdir={tmp_path / 'work'}",
+        f"--output={doc}",
+        "--json",
+    ]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=580)
+    assert done.returncode == 0, done.stderr[-5000:]
+    results = {r["name"]: r for r in json.loads(done.stdout)}
+
+    def median(prefix: str) -> float:
+        found = [r for name, r in results.items() if name.startswith(prefix)]
+        assert found, f"no figure {prefix!r} in {sorted(results)}"
+        assert len(found[0]["runs"]) >= 1
+        return float(found[0]["median"])
+
+    assert 1_000 < median("end-to-end throughput") < 10_000_000
+    assert median("publish rate") >= median("end-to-end throughput")
+    assert 1_000 < median("sequencer-only merge rate") < 10_000_000
+    elected, failover = median("failover: kill -9 -> another"), median("failover: kill -9 the")
+    assert 0 < elected <= failover < 60
+    assert 0 < median("failover: restarted sequencer") < 60
+    p50, p99 = (
+        median("publish-to-subscriber latency p50"),
+        median("publish-to-subscriber latency p99"),
+    )
+    assert 0 < p50 <= p99 <= median("publish-to-subscriber latency max") < 30_000
+    growth = [r for name, r in results.items() if "sequencer RSS growth" in name]
+    assert sorted(r["name"].split()[0] for r in growth) == ["rt-1", "rt-2", "rt-3"]
+    assert all(-100 < r["median"] < 500 and "start" in r["note"] for r in growth)
+
+    text = doc.read_text()
+    assert "<!-- bench:cluster:start -->" in text and "<!-- bench:cluster:end -->" in text
+    assert "## `rt bench cluster`" in text and "stream settings:" in text
+    assert "end-to-end throughput, 2 publishers -> subscriber: " in text  # the verdicts
+    assert "**not met**" in text or "**met**" in text

@@ -72,7 +72,9 @@ class SequencerMachine:
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         with self.cond:
+            roll_bytes = self.state.roll_bytes  # the configuration's, the same on every node
             self.state = SequencerState.from_json(snapshot["state"])
+            self.state.roll_bytes = roll_bytes
             self.pending.clear()
             for command_b64, before, digest in snapshot.get("pending", []):
                 command = base64.b64decode(command_b64)

@@ -118,6 +118,8 @@ def _dump(obj: Any, file: Any, protocol: int | None = None) -> None:
     pickle.dump(obj, file, protocol=4)
 
 
+_journal.loads = restricted_loads  # the journal's meta file (imported by name there)
+_journal.dumps = _dumps
 _pso_pickle.loads = _command_loads
 _pso_pickle.load = _restricted_load
 _pso_pickle.dumps = _dumps

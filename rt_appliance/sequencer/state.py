@@ -216,6 +216,8 @@ class SequencerState:
 
     def _check(self, ins: Instruction) -> str:
         if isinstance(ins, Skip):
+            if not is_dedup_topic(topic_of(ins.dir)):
+                return f"skip of {ins.dir}: only .dedup inputs hold records to skip"
             return self._check_range(ins.dir, ins.start, ins.end)
         if isinstance(ins, Prune):
             newest = Position(self.end).roll if self.end else 0
@@ -229,8 +231,8 @@ class SequencerState:
         problem = self._check_range(ins.dir, ins.start, ins.end)
         if problem:
             return problem
-        if ins.count < 0 or ins.nbytes <= 0:
-            return "merge with a negative count or no bytes"
+        if ins.count < 1 or ins.nbytes <= 0:
+            return "merge of no records (a fully deduplicated range is a skip)"
         if ins.nbytes > self.roll_bytes - self.header_bytes:
             return f"merge record of {ins.nbytes} bytes cannot fit a {self.roll_bytes}-byte file"
         is_dedup = is_dedup_topic(topic_of(ins.dir))

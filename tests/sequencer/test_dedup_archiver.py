@@ -76,11 +76,11 @@ def test_archiver_rule_prunes_everywhere(local_stream, rule: str) -> None:  # ty
         return len(rolls) == 1 and min(next(iter(rolls)), default=0) > 0
 
     def all_merged() -> bool:
-        nodes = stream.status()["nodes"]
+        nodes = stream.quick_status()["nodes"]
         lags = [i["lag_bytes"] for n in nodes if n["reachable"] for i in n["inputs"].values()]
         return len(lags) == 3 and not any(lags)
 
-    wait_until(all_merged, 60, "every input merged on every node")
+    wait_until(all_merged, 120, "every input merged on every node")
     wait_until(pruned_everywhere, 60, f"the {rule} rule pruning on every node and the subscriber")
     newest = max(f.roll for f in list_files(stream.merged_dir("rt-1")))
     assert newest >= 5  # the newest file is never pruned

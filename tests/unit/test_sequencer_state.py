@@ -81,6 +81,8 @@ def test_a_stale_or_malformed_command_is_rejected_and_changes_nothing() -> None:
         Merge(**{**_fields(m1), "seq": 2, "position": m1.position}).encode(),  # overlaps
         Merge(**{**_fields(m1), "seq": 2, "position": s.end, "start": start}).encode(),  # re-merge
         Prune(below=5, reason="x", ts=1).encode(),  # would prune the newest file
+        Skip("trades.pub-1", m1.end, m1.end + 40, 1).encode(),  # not a .dedup input
+        Merge(**{**_fields(m1), "seq": 2, "position": s.end, "start": m1.end, "count": 0}).encode(),
     ]:
         assert s.apply(bad) is None
         assert s.rejected > 0

@@ -299,6 +299,8 @@ def read_delivery(
 
 # -- the end-of-test check ---------------------------------------------------------------
 
+CORRUPTION_GRACE_S = 2.0  # a read error lasting this long is corruption, not a write in flight
+
 
 @dataclass(slots=True)
 class MergedReport:
@@ -387,6 +389,7 @@ def check_merged(
     delivered: list[tuple[str, str, Hashable]] = []
     read_to: Position | int = 0
     error: str | None = None
+    error_since = 0.0
     settled = False
     while True:
         try:
@@ -399,9 +402,16 @@ def check_merged(
             settled = logs.identical and missing == 0 and compare_logs(everything) == logs
         except FileNotFoundError:  # a file pruned while reading: look again
             settled = False
-        except RTError as exc:  # corruption, an invalid position: reported, not waited out
+        except RTError as exc:  # corruption, an invalid position: reported if it persists
+            # a log still being written can show a write half done: read that part again;
+            # corruption that stays for CORRUPTION_GRACE_S is reported, not waited out
             error = f"{type(exc).__name__}: {exc}"
-        if settled or error is not None or time.monotonic() >= deadline:
+            settled = False
+            error_since = error_since or time.monotonic()
+        else:
+            error, error_since = None, 0.0
+        lasting = error is not None and time.monotonic() - error_since >= CORRUPTION_GRACE_S
+        if settled or lasting or time.monotonic() >= deadline:
             break
         time.sleep(interval_s)
     waited = time.monotonic() - start

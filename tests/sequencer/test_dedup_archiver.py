@@ -92,7 +92,15 @@ def test_archiver_rule_prunes_everywhere(local_stream, rule: str) -> None:  # ty
     # fully merged inputs are pruned too: only the files from the merge point on remain
     inputs = list_files(stream.input_dir("rt-1", "pub-1", "trades"))
     assert len(inputs) <= 2, [f.path.name for f in inputs]  # of about 26 publisher files
-    assert compare_logs({**stream.merged_dirs(), "sub-1": stream.subscriber_dir("sub-1")}).identical
+
+    def identical() -> bool:
+        try:
+            dirs = {**stream.merged_dirs(), "sub-1": stream.subscriber_dir("sub-1")}
+            return compare_logs(dirs).identical
+        except FileNotFoundError:
+            return False
+
+    wait_until(identical, 60, "the subscriber's copy to equal the nodes' merged logs")
 
 
 def test_archiver_off_keeps_everything(local_stream) -> None:  # type: ignore[no-untyped-def]

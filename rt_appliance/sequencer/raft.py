@@ -664,7 +664,7 @@ def _conf(
         connectionTimeout=max(max_timeout, 2.0),
         connectionRetryTime=1.0,
         leaderFallbackTimeout=max(max_timeout * 2, 2.0),
-        appendEntriesUseBatch=True,
+        appendEntriesUseBatch=False,  # send each new entry and commit at once: latency
         appendEntriesBatchSizeBytes=1 << 16,
         bindAddress=None,  # the transport binds the node's own address
         preferredAddrType="ipv4",

@@ -98,6 +98,7 @@ class ClusterBenchOptions:
     runs: int = 3
     measure: tuple[str, ...] = MEASUREMENTS
     messages: int = 2_000_000  # per publisher, throughput and merge
+    throughput_rate: int = 0  # msg/s in total for the throughput runs; 0: as fast as possible
     kills: int = 5  # per failover run
     failover_rate: int = 20_000  # msg/s in total while killing leaders
     latency_rate: int = 5_000  # msg/s in total
@@ -465,7 +466,8 @@ class Throughput:
 
 
 def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress) -> Throughput:
-    """Both publishers at full speed; time until the subscriber has read everything."""
+    """Both publishers at full speed (or ``opts.throughput_rate`` in total); time until
+    the subscriber has read everything."""
     n = opts.messages
     with _Bench(opts, work, progress) as b:
         b.start()
@@ -473,7 +475,7 @@ def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress
         sub = b.subscriber(expected=skip + 2 * n, skip=skip)
         daemons = b.stream.pids()
         cpu_before = {k: _cpu_seconds(p) for k, p in daemons.items()}
-        pubs = b.publishers(n)
+        pubs = b.publishers(n, rate=opts.throughput_rate // len(PUBLISHERS))
         b.wait_subscriber(sub, "throughput")
         got = sub.finish()
         cpu: dict[str, float] = {}
@@ -706,6 +708,7 @@ class Memory:
     end: dict[str, int]
     peak: dict[str, int]
     samples: int
+    end_to_end: float  # msg/s, first publish -> all at the subscriber
 
 
 def measure_memory(opts: ClusterBenchOptions, work: Path, progress: Progress) -> Memory:
@@ -734,11 +737,11 @@ def measure_memory(opts: ClusterBenchOptions, work: Path, progress: Progress) ->
                 next_report += 10
 
         b.wait_subscriber(sub, "memory", sample)
-        sub.finish()
+        got = sub.finish()
         end = {n: rss_of(pid) for n, pid in pids.items()}
-        for child in pubs:
-            child.finish()
-    return Memory(start, end, peak, samples)
+        first = min(child.finish()["first_ns"] for child in pubs)
+    rate = per_pub * len(PUBLISHERS) / ((got["done_ns"] - first) / 1e9)
+    return Memory(start, end, peak, samples, rate)
 
 
 # -- the suite -------------------------------------------------------------------------
@@ -837,7 +840,15 @@ class _Suite:
         if not holder:
             return [Result(f"sequencer RSS growth over {what}", "MB", "flat (<= 50)")]
         m = holder[0]
-        return [
+        paced = f"{self.opts.memory_rate:,} msg/s" if self.opts.memory_rate else "full speed"
+        e2e = Result(
+            "end-to-end rate during the memory run",
+            "msg/s",
+            "-",
+            [m.end_to_end],
+            f"publishers paced at {paced} in total",
+        )
+        return [e2e] + [
             Result(
                 f"{node} sequencer RSS growth over {what}",
                 "MB",
@@ -862,6 +873,9 @@ class _Suite:
                 if name in o.measure:
                     self.attempt(name, run, fn)
         self.e2e.note = f"{o.messages:,} messages per publisher, batches of {BATCH:,}"
+        if o.throughput_rate:
+            self.e2e.note += f", paced at {o.throughput_rate:,} msg/s in total"
+            self.e2e.target = "-"  # the target is for publishers at full speed
         self.pub.note = f"publisher fsync={o.publisher_fsync}"
         self.merge.note = f"{2 * o.messages:,} messages, leader elected -> merged on 3 nodes"
         self.failover.note = f"median of {o.kills} kills per run, under {o.failover_rate:,} msg/s"

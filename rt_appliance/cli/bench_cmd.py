@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -189,6 +190,14 @@ def replicate_bench(
     help="Messages per publisher for the throughput and merge runs.",
 )
 @click.option(
+    "--throughput-rate",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Total msg/s of the throughput runs (0: as fast as the publishers can; the "
+    "500,000 msg/s target is for that).",
+)
+@click.option(
     "--kills",
     type=click.IntRange(1, 50),
     default=5,
@@ -279,6 +288,7 @@ def cluster_bench(
     as_json: bool,
     measure: tuple[str, ...],
     messages: int,
+    throughput_rate: int,
     kills: int,
     failover_rate: int,
     latency_rate: int,
@@ -322,6 +332,7 @@ def cluster_bench(
         runs=runs,
         measure=measure or MEASUREMENTS,
         messages=messages,
+        throughput_rate=throughput_rate,
         kills=kills,
         failover_rate=failover_rate,
         latency_rate=latency_rate,
@@ -340,18 +351,45 @@ def cluster_bench(
         click.echo(f"rt bench cluster: {problem}", err=True)
     notes = "Targets:\n\n" + verdicts(report.results) + "\n\n" + _CLUSTER_NOTES
     if report.problems:
-        notes += "\nProblems in this measurement:\n\n" + "\n".join(
-            "```\n" + p.strip() + "\n```" for p in report.problems
-        )
+        notes += "\nStalls and failures in this measurement (what, then every node's status):\n\n"
+        notes += "\n".join(_problem_lines(p) for p in report.problems) + "\n"
     loads = report.loads or [0.0]
     machine = (
         f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} as the runs started"
-        f"; stream settings: {describe_config(opts)}"
+        f"{_source_commit()}; stream settings: {describe_config(opts)}"
     )
     measured = [r for r in report.results if r.values]
     _report("cluster", measured, workdir, output, as_json, notes, machine)
     if report.problems:
         raise SystemExit(1)
+
+
+def _problem_lines(problem: str) -> str:
+    """A problem for the report: its first line and the nodes' status, not the log lines."""
+    lines = problem.strip().splitlines()
+    status = next((line for line in lines[1:] if line.startswith("status: ")), "")
+    return f"- {lines[0]}" + (f"  \n  {status}" if status else "")
+
+
+def _source_commit() -> str:
+    """ "; code at commit X" when the package runs from a git checkout, else ""."""
+    root = str(Path(__file__).resolve().parents[2])
+    try:
+        commit = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return f"; code at commit {commit}" + (" with local changes" if changed else "")
 
 
 _NOTES = """\

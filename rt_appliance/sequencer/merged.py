@@ -21,7 +21,7 @@ from pathlib import Path
 from rt_appliance.errors import CorruptLogError, LogError
 from rt_appliance.log.format import KIND_RANGE, RECORD_HEADER, decode_file_header, decode_range
 from rt_appliance.log.recovery import remove_temporary_files
-from rt_appliance.log.scan import check_record
+from rt_appliance.log.scan import check_record, scan
 from rt_appliance.log.segments import DirectoryLock, StreamFile, fsync_dir, list_files
 from rt_appliance.log.writer import create_stream_file, write_all
 from rt_appliance.position import Position
@@ -65,15 +65,11 @@ def parse_merged_records(buf: bytes, base: int) -> tuple[list[MergedRecord], int
         total = end - off + rng.range_bytes
         if off + total > len(buf):
             return records, off, "incomplete"
-        inner = end
-        count = 0
-        while inner < off + total:
-            k, inner_end, p = check_record(buf[: off + total], inner)
-            if p or k == KIND_RANGE:
-                return records, off, p or "a range inside a range"
-            inner, count = inner_end, count + 1
-        if count != rng.record_count:
-            return records, off, f"range says {rng.record_count} records, holds {count}"
+        inner = scan(buf, end, rng.record_count, decode=False) if rng.record_count else None
+        count = len(inner.offsets) if inner is not None else 0
+        stop = inner.stop_offset if inner is not None else end
+        if count != rng.record_count or stop != off + total:
+            return records, off, f"range of {rng.record_count} records does not hold them whole"
         seq = int.from_bytes(buf[off + 20 : off + 28], "little", signed=True)
         records.append(MergedRecord(seq, base + off, total, zlib.crc32(buf[off : off + total])))
         off += total

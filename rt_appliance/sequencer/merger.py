@@ -163,7 +163,20 @@ class Merger:
             self._copy_stretch(ins.seq - 1)
             if ins.seq != self.merged.seq + 1:
                 raise RTError(f"merged log at seq {self.merged.seq}, cannot reach {ins.seq - 1}")
-        record = self._build(ins, item.watermark_before)
+        local = self._local_input(ins)
+        if local is None and self._input_gone(ins):  # far behind: copy merged records in bulk
+            pending = self._pending_merges()
+            last = ins.seq
+            while last + 1 in pending:
+                last += 1
+            if last > ins.seq:
+                try:
+                    self._copy_stretch(last)
+                except RTError as exc:
+                    log.warning("merger: bulk copy stopped (%s); record by record", exc)
+                if self.merged.seq >= ins.seq:
+                    return
+        record = self._build(ins, item.watermark_before, local)
         header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
         with self._write_lock:
             self.merged.append(ins.position, record, header)
@@ -173,8 +186,9 @@ class Merger:
 
     # -- building a record ---------------------------------------------------------
 
-    def _build(self, ins: Merge, watermark_before: int | None) -> bytes:
-        source = self._local_input(ins)
+    def _build(self, ins: Merge, watermark_before: int | None, source: bytes | None) -> bytes:
+        """The merged record of ``ins``: from ``source`` (this node's input bytes), else from
+        a peer's input, else a peer's merged record; each checked against the commit."""
         if source is not None:
             record = _rebuild(ins, source, watermark_before)
             if _matches(record, ins):
@@ -203,13 +217,32 @@ class Merger:
         )
 
     def _local_input(self, ins: Merge) -> bytes | None:
+        """The input bytes from this node's ``in/``; waits ``fetch_after_ms`` for them only
+        while they may still arrive (the file is the newest one, or not there yet)."""
         source = self.inputs.get(ins.dir)
         deadline = time.monotonic() + self.config.sequencer.fetch_after_ms / 1000
         while True:
             data = source.read_exact(Position(ins.start), Position(ins.end))
             if data is not None or time.monotonic() >= deadline or self._stop.is_set():
                 return data
+            if self._input_gone(ins):
+                return None
             time.sleep(0.002)
+
+    def _input_gone(self, ins: Merge) -> bool:
+        """Whether this node will never hold the input of ``ins``: a later file exists, so
+        the push server is past it (it was pruned here, or this node got it from peers)."""
+        key = Position(ins.start).file_key
+        files = self.inputs.get(ins.dir).files()
+        return bool(files) and files[-1].key > key
+
+    def _pending_merges(self) -> dict[int, Committed]:
+        with self.machine.cond:
+            return {
+                c.instruction.seq: c
+                for c in self.machine.pending
+                if isinstance(c.instruction, Merge)
+            }
 
     def _peers(self) -> list[str]:
         return [n.name for n in self.config.nodes if n.name != self.node_name]
@@ -255,6 +288,7 @@ class Merger:
         raise RTError(f"no peer could give merged records up to seq {target_seq}")
 
     def _copy_from(self, peer: str, target_seq: int) -> None:
+        expected = self._pending_merges()
         if self.merged.roll < 0:
             first = self.fetcher.fetch(peer, "merged", Position.of(1, 0, 0), 0)
             at = first.oldest if first.oldest is not None else Position.of(1, 0, 0)
@@ -283,8 +317,15 @@ class Merger:
                 raise RTError(f"{peer} has nothing new at {at}")
             upto = records[-1].offset + records[-1].nbytes - base
             for r in records:
-                if self.digest is not None:
-                    pos = int(Position.of(1, at.roll, r.offset))
+                pos = int(Position.of(1, at.roll, r.offset))
+                known = expected.get(r.seq)
+                if known is not None:  # the committed instruction says what this record is
+                    ins = known.instruction
+                    assert isinstance(ins, Merge)
+                    if (ins.position, ins.nbytes, ins.crc) != (pos, r.nbytes, r.crc):
+                        raise RTError(f"{peer}'s merged record {r.seq} differs from the commit")
+                    self.digest = known.digest_after
+                elif self.digest is not None:
                     self.digest = chain_digest(self.digest, r.seq, pos, r.nbytes, r.crc)
             with self._write_lock:
                 self.merged.append_raw(at.roll, at.offset, body[:upto], records[-1].seq)

@@ -413,24 +413,50 @@ class _Bench:
             for name, d in self.stream.daemons.items()
             if name.startswith("sequencer-")
         )
-        return Stalled(f"{what}\nstatus: {status}\nlogs in {self.work / 'logs'}\n{logs}")
+        sizes = ", ".join(
+            f"{name} {_input_size(d):,}"
+            for name, d in [
+                *self.stream.merged_dirs().items(),
+                (SUBSCRIBER, self.stream.subscriber_dir(SUBSCRIBER)),
+            ]
+        )
+        return Stalled(
+            f"{what}\nstatus: {status}\nmerged log bytes: {sizes}\n"
+            f"logs in {self.work / 'logs'}\n{logs}"
+        )
 
     def wait_subscriber(
-        self, sub: _Child, what: str, tick: Callable[[], None] | None = None
+        self, sub: _Child, what: str, expected: int, tick: Callable[[], None] | None = None
     ) -> None:
-        """Until the subscriber has everything (``tick()`` every 0.5 s meanwhile);
-        :class:`Stalled` if it reads nothing new for ``opts.stall_s``."""
+        """Until the subscriber has read ``expected`` messages (``tick()`` every 0.5 s
+        meanwhile); :class:`Stalled` if it reads nothing new for ``opts.stall_s``."""
         while not sub.done():
             self.check_daemons()
             if tick is not None:
                 tick()
             quiet = time.monotonic() - sub.changed_at
             if quiet > self.opts.stall_s:
-                raise self.stalled(
+                what = (
                     f"{what}: the subscriber read nothing new for {quiet:.0f}s "
-                    f"({sub.count:,} messages)"
+                    f"({sub.count:,} of {expected:,} messages)"
                 )
+                if _all_merged(self.poller.poll()):
+                    what += (
+                        f"; every node reports all input merged: {expected - sub.count:,} "
+                        "messages are missing from the merged log"
+                    )
+                raise self.stalled(what)
             time.sleep(0.5)
+
+
+def _all_merged(status: Mapping[str, dict[str, Any] | None]) -> bool:
+    """Whether every node answers, has written all it committed and holds no unmerged input."""
+    for st in status.values():
+        if st is None or st.get("merged_seq") != st.get("committed_seq"):
+            return False
+        if any((i or {}).get("lag_bytes") for i in (st.get("inputs") or {}).values()):
+            return False
+    return True
 
 
 # -- measurements ----------------------------------------------------------------------
@@ -476,7 +502,7 @@ def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress
         daemons = b.stream.pids()
         cpu_before = {k: _cpu_seconds(p) for k, p in daemons.items()}
         pubs = b.publishers(n, rate=opts.throughput_rate // len(PUBLISHERS))
-        b.wait_subscriber(sub, "throughput")
+        b.wait_subscriber(sub, "throughput", skip + 2 * n)
         got = sub.finish()
         cpu: dict[str, float] = {}
         for name, pid in daemons.items():
@@ -689,7 +715,7 @@ def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -
         _settle(b)
         sub = b.subscriber(expected=skip + count * len(PUBLISHERS), skip=skip, latency=True)
         pubs = b.publishers(count, rate=rate, single=True)
-        b.wait_subscriber(sub, "latency")
+        b.wait_subscriber(sub, "latency", skip + count * len(PUBLISHERS))
         got = sub.finish()
         for p in pubs:
             p.finish()
@@ -736,7 +762,7 @@ def measure_memory(opts: ClusterBenchOptions, work: Path, progress: Progress) ->
                 progress(f"  memory: {sub.count:,} messages at the subscriber; RSS {rss}")
                 next_report += 10
 
-        b.wait_subscriber(sub, "memory", sample)
+        b.wait_subscriber(sub, "memory", skip + per_pub * len(PUBLISHERS), sample)
         got = sub.finish()
         end = {n: rss_of(pid) for n, pid in pids.items()}
         first = min(child.finish()["first_ns"] for child in pubs)
@@ -972,7 +998,7 @@ def _publish_child(args: dict[str, Any]) -> dict[str, Any]:
         fsync=args["fsync"],
         roll_bytes=int(args["roll_bytes"]),
     ) as pub:
-        print("READY", flush=True)
+        _say("READY")
         sys.stdin.readline()  # GO: every publisher is ready
         first = time.time_ns()
         start = time.monotonic()
@@ -983,7 +1009,7 @@ def _publish_child(args: dict[str, Any]) -> dict[str, Any]:
                 pub.publish_batch(batch if n == BATCH else batch[:n])
                 published += n
                 if published % (100 * BATCH) == 0:
-                    print(f"P {published}", flush=True)
+                    _say(f"P {published}")
         elif args["single"]:
             publish = pub.publish
             while (count == 0 or published < count) and not stop.is_set():
@@ -1000,11 +1026,21 @@ def _publish_child(args: dict[str, Any]) -> dict[str, Any]:
                 if due > published:
                     pub.publish_batch([payload] * (due - published))
                     published = due
-                    print(f"P {published}", flush=True)
+                    _say(f"P {published}")
                 stop.wait(TICK_S)  # pacing the publish rate
         last = time.time_ns()
         pub.flush()
     return {"first_ns": first, "last_ns": last, "published": published}
+
+
+_STDOUT = threading.Lock()
+
+
+def _say(line: str) -> None:
+    """One whole line to the parent (the subscriber's report thread writes too)."""
+    with _STDOUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def _subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
@@ -1013,8 +1049,17 @@ def _subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
     expected, skip = int(args["expected"]), int(args["skip"])
     latencies: list[int] = []
     seen = 0
-    reported = time.monotonic()
     done_ns = first_ns = 0
+
+    def report() -> None:  # the count every 0.5 s, also while the reader waits
+        shown = -1
+        while True:
+            time.sleep(0.5)
+            if seen != shown:
+                shown = seen
+                _say(f"P {shown}")
+
+    threading.Thread(target=report, daemon=True, name="report").start()
     for batch in Subscriber(args["dir"]).read_batches(follow=True, max_messages=8192):
         now = time.time_ns()
         n = len(batch)
@@ -1026,14 +1071,11 @@ def _subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
         before = seen
         seen += n
         if before < skip <= seen:
-            print("READY", flush=True)
+            _say("READY")
         if take:
             first_ns = first_ns or now
             if args["latency"]:
                 latencies.extend(now - t for t in timestamps)
-        if time.monotonic() - reported >= 0.5:
-            print(f"P {seen}", flush=True)
-            reported = time.monotonic()
         if seen >= expected:
             done_ns = now
             break
@@ -1057,7 +1099,7 @@ def _main(argv: list[str]) -> None:
         result = _subscribe_child(args)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    print("R " + json.dumps(result), flush=True)
+    _say("R " + json.dumps(result))
 
 
 def describe_config(opts: ClusterBenchOptions) -> str:

@@ -19,6 +19,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from functools import partial
 
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.position import Position
@@ -61,6 +62,8 @@ class Planner:
         self.proposed = 0
         self.failed = 0
         self._too_big: tuple[str, int] | None = None
+        self._term = -1  # the raft term the speculative state was planned in
+        self._epoch = 0
 
     def report(self, node: str, extents: dict[str, int]) -> None:
         with self._lock:
@@ -78,9 +81,13 @@ class Planner:
                 self._spec = None
             return 0
         local = self.inputs.extents()
+        term = self.raft.status().term
         made = 0
         with self._lock:
             self._reports[self.node_name] = local
+            if term != self._term:  # a new leadership: nothing planned before it counts
+                self._term, self._spec, self._inflight = term, None, 0
+                self._epoch += 1
             if self._spec is None:
                 if self._inflight:
                     return 0
@@ -98,11 +105,13 @@ class Planner:
                 self._inflight += 1
                 self.proposed += 1
                 made += 1
-                self.raft.propose(command, self._done)
+                self.raft.propose(command, partial(self._done, self._epoch))
         return made
 
-    def _done(self, accepted: bool, why: str) -> None:
+    def _done(self, epoch: int, accepted: bool, why: str) -> None:
         with self._lock:
+            if epoch != self._epoch:
+                return  # planned under an earlier leadership: already forgotten
             self._inflight -= 1
             if not accepted:
                 self.failed += 1

@@ -246,6 +246,12 @@ class SequencerState:
         known = self.inputs.get(dir_name)
         if known is not None and start < known:
             return f"{dir_name} from {Position(start)}, already merged to {Position(known)}"
+        if (
+            known is not None
+            and start != known
+            and Position(start).file_key == Position(known).file_key
+        ):
+            return f"{dir_name} from {Position(start)} leaves a gap after {Position(known)}"
         first, last = Position(start), Position(end)
         if last.file_key != first.file_key or last <= first:
             return f"{dir_name} range {first}..{last} crosses a file or is empty"

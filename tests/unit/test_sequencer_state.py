@@ -208,3 +208,13 @@ def test_every_syncobjconf_option_is_set_explicitly() -> None:
     body = inspect.getsource(raft._conf)
     given = set(re.findall(r"^\s+(\w+)=", body, re.M))
     assert options and options == given
+
+
+def test_a_merge_that_leaves_a_gap_in_its_input_is_rejected() -> None:
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    m1 = merge_for(s, "trades.pub-1", start, [1, 2])
+    assert s.apply(m1.encode()) is not None
+    skipped = merge_for(s, "trades.pub-1", m1.end + 32, [4])  # record 3 left out
+    assert s.apply(skipped.encode()) is None
+    assert "gap" in s.last_reject

@@ -489,6 +489,7 @@ class Throughput:
     publish: float  # msg/s, first publish -> last publish returned
     seconds: float
     cpu: dict[str, float] = field(default_factory=dict)  # role -> CPU seconds, all hosts
+    elections: int = 0  # raft terms begun after the first leader, during the run
 
 
 def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress) -> Throughput:
@@ -498,6 +499,7 @@ def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress
     with _Bench(opts, work, progress) as b:
         b.start()
         skip = b.warm_up()
+        term_before = _seq(b.poller.poll(), "term")
         sub = b.subscriber(expected=skip + 2 * n, skip=skip)
         daemons = b.stream.pids()
         cpu_before = {k: _cpu_seconds(p) for k, p in daemons.items()}
@@ -509,10 +511,11 @@ def measure_throughput(opts: ClusterBenchOptions, work: Path, progress: Progress
             role = name.rsplit("-", 2)[0]
             cpu[role] = cpu.get(role, 0.0) + _cpu_seconds(pid) - cpu_before[name]
         published = [p.finish() for p in pubs]
+        elections = _seq(b.poller.poll(), "term") - term_before
     first = min(p["first_ns"] for p in published)
     last = max(p["last_ns"] for p in published)
     seconds = (got["done_ns"] - first) / 1e9
-    return Throughput(2 * n / seconds, 2 * n / ((last - first) / 1e9), seconds, cpu)
+    return Throughput(2 * n / seconds, 2 * n / ((last - first) / 1e9), seconds, cpu, elections)
 
 
 def _input_size(directory: Path) -> int:
@@ -795,6 +798,7 @@ class _Suite:
             "end-to-end throughput, 2 publishers -> subscriber", "msg/s", ">= 500,000"
         )
         self.pub = Result("publish rate during that run (2 publishers)", "msg/s", "-")
+        self.elections = Result("new raft terms (elections) during that run", "terms", "-")
         self.merge = Result("sequencer-only merge rate (input already on every node)", "msg/s", "-")
         self.failover = Result(
             "failover: kill -9 the leader's sequencer -> merging again", "s", "<= 2"
@@ -835,10 +839,12 @@ class _Suite:
         got = measure_throughput(self.opts, work, self.progress)
         self.e2e.values.append(got.end_to_end)
         self.pub.values.append(got.publish)
+        self.elections.values.append(got.elections)
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in sorted(got.cpu.items()))
         self.progress(
             f"  {got.end_to_end:,.0f} msg/s end to end ({got.seconds:.1f} s), "
-            f"published at {got.publish:,.0f} msg/s; CPU seconds: {cpu}"
+            f"published at {got.publish:,.0f} msg/s, {got.elections} new raft terms; "
+            f"CPU seconds: {cpu}"
         )
 
     def merged(self, work: Path, run: int) -> None:
@@ -903,6 +909,7 @@ class _Suite:
             self.e2e.note += f", paced at {o.throughput_rate:,} msg/s in total"
             self.e2e.target = "-"  # the target is for publishers at full speed
         self.pub.note = f"publisher fsync={o.publisher_fsync}"
+        self.elections.note = "from the start of publishing to the end (0: one leader)"
         self.merge.note = f"{2 * o.messages:,} messages, leader elected -> merged on 3 nodes"
         self.failover.note = f"median of {o.kills} kills per run, under {o.failover_rate:,} msg/s"
         self.elected.note = self.failover.note
@@ -912,6 +919,7 @@ class _Suite:
         measured_by = [
             (self.e2e, "throughput"),
             (self.pub, "throughput"),
+            (self.elections, "throughput"),
             (self.merge, "merge"),
             (self.failover, "failover"),
             (self.elected, "failover"),

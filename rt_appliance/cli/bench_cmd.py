@@ -346,6 +346,7 @@ def cluster_bench(
         stall_s=stall_seconds,
         restart_s=restart_seconds,
     )
+    commit = _source_commit()  # now: others may change the checkout while it runs
     report = run_cluster_bench(opts, _progress("cluster"))
     for problem in report.problems:
         click.echo(f"rt bench cluster: {problem}", err=True)
@@ -356,7 +357,7 @@ def cluster_bench(
     loads = report.loads or [0.0]
     machine = (
         f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} as the runs started"
-        f"{_source_commit()}; stream settings: {describe_config(opts)}"
+        f"{commit}; stream settings: {describe_config(opts)}"
     )
     measured = [r for r in report.results if r.values]
     _report("cluster", measured, workdir, output, as_json, notes, machine)
@@ -442,10 +443,11 @@ that stalled are listed at the end and left out. Memory is one run.
 For comparison, measured on this machine before: the best peer end to end was a
 single-node RabbitMQ stream with its Python client at about 170,000 msg/s; a NATS
 JetStream stream replicated by raft over 3 nodes (R3) reached about 21,000 msg/s with a
-p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves about 130,000 msg/s
-end to end: about 6 times the replicated JetStream stream and three quarters of the
-single-node RabbitMQ stream. Its latency is far worse than JetStream's (p99 of hundreds
-of milliseconds against 7.4 ms).
+p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves 118,000-135,000
+msg/s end to end while the machine is not crowded (52,000 in a run that shared it at a
+load average of 20): 5 to 6 times the replicated JetStream stream and about three
+quarters of the single-node RabbitMQ stream. Its latency is far worse than JetStream's
+(p99 of hundreds of milliseconds against 7.4 ms).
 
 What limits each figure:
 
@@ -453,11 +455,12 @@ What limits each figure:
   30 s, both cores: the three sequencers about 27 s, push servers 11 s, push clients
   6 s, pull server and pull client 9-10 s; about 14 us of CPU per message in all.
   500,000 msg/s at that cost needs about 7 cores, i.e. nodes on hosts of their own; on
-  one 2-core machine the target is out of reach. The publishers alone write 750,000 to
-  900,000 msg/s (second row);
+  one 2-core machine the target is out of reach. The publishers alone write up to
+  800,000-900,000 msg/s (second row);
 - **sequencer-only merge**: with the input already on every node, three sequencers on
-  two cores merge about three times the end-to-end rate, so merging is not what limits
-  the end-to-end figure here; sharing two cores with the replication daemons is;
+  two cores merge 150,000-400,000 msg/s, two to three times the end-to-end rate of the
+  same moment, so merging is not what limits the end-to-end figure here; sharing two
+  cores with the replication daemons is;
 - **failover** is a raft election: another node stands after an election timeout
   (`sequencer.raft_min_timeout_ms` 400 to `raft_max_timeout_ms` 1000 after the last
   heartbeat), wins the vote, and commits and writes its first merge, usually within
@@ -471,38 +474,43 @@ What limits each figure:
   the range record, and the subscriber host copies a follower's merged log. A breakdown
   at 5,000 msg/s on a quiet machine (followers of three places in one process) measured
   p50 9-20 ms to a node's `in/`, 40-130 ms to a follower's merged log and 85-110 ms to
-  the subscriber's copy;
+  the subscriber's copy. When other work crowds the machine the stream falls behind
+  even 5,000 msg/s and the latency becomes the backlog (p50 6.6 s at a load average of
+  20);
 - **memory**: a sequencer starts near 70 MB; over 10 million messages at 50,000 msg/s it
-  grew by 23-32 MB, most of it in the first 5-6 million messages and 1-2 MB after that
-  (rt-1: 98 MB at 4.3 million, 101 MB from 5.2 million to the end). That is under the
-  50 MB bound but not perfectly flat; a longer run would show whether it keeps creeping.
+  grew by 23-34 MB, all of it in the first 6 million messages (rt-2: 97 MB at 4.0
+  million, 104 MB from 5.9 million to the end; an earlier run: 23-32 MB, flat after 5-6
+  million). That is under the 50 MB bound and flat in the second half, but it does grow
+  with the first millions; a longer run would show whether it stays level.
 
-Sequencer problems found while measuring (the sequencer code is not changed here):
+Sequencer problems this benchmark found (the sequencer code is not changed here):
 
-1. **Messages missing from the merged log after leader changes.** At full speed the raft
-   leader changes every few seconds (10 to 60 terms in a 30-70 s run, also with nothing
-   else running on the machine): the sequencers get too little time to keep their
-   heartbeats (one node logged a new leader 3 s after the others). In some of those runs
-   the merged log then skips a stretch of one input. With code at commit c06b9aa, 1 of 3
-   full-speed runs of an earlier `rt bench cluster --runs 3` and 1 of 6 runs of a repeat
-   ended with every node reporting all input merged (no lag, committed = merged) while
-   the subscriber lacked 24,576 and 16,384 messages: exactly 3 and 2 merges of 1 MiB.
-   The three merged logs are identical and show the gap: the range with merged seq 50
-   starts 16,384 records after the end of the previous range of `quotes.pub-2`. The
-   state machine (`SequencerState._check_range`) rejects a range that starts before its
-   input's committed position but accepts one that starts after it, so a merge planned
-   on a stale speculative state (after proposals were discarded by a leader change) is
-   committed with a gap. Such runs are reported as stalls;
-2. **merging stops for good after a leader change** (seen with code up to commit
-   e1eec62; every full-speed run at 4fdb337 and 3a10341 stopped so, one of them on an
-   otherwise idle machine): the new leader keeps leading, every node holds 50 MB or more
-   of unmerged input and `committed_seq` does not move for minutes.
-   Likely cause: `Planner.step` proposes nothing while it has no plan and proposals are
-   in flight, and pysyncobj answers a leader's proposal only when an entry at its log
-   index is applied, so proposals of an earlier term beyond the new log's end are never
-   answered;
+1. **Messages missing from the merged log after leader changes** (fixed in 9bb50e6). At
+   full speed the raft leader changes every few seconds (10 to 60 terms in a 30-70 s
+   run, also with nothing else running on the machine; see the terms row): the
+   sequencers get too little time to keep their heartbeats (one node logged a new
+   leader 3 s after the others). With code at c06b9aa, 1 of 3 full-speed runs of a
+   `rt bench cluster --runs 3` and 1 of 6 runs of a repeat ended with every node
+   reporting all input merged (no lag, committed = merged) while the subscriber lacked
+   24,576 and 16,384 messages: exactly 3 and 2 merges of 1 MiB. The three merged logs
+   were identical and showed the gap: the range with merged seq 50 started 16,384
+   records after the end of the previous range of `quotes.pub-2`. The state machine
+   rejected a range starting before its input's committed position but accepted one
+   starting after it, and a leader that had lost and regained leadership planned from
+   its stale speculative state. 9bb50e6 rejects a merge that leaves a gap inside an
+   input file and makes the planner drop its plan when the raft term changes; the runs
+   above use it;
+2. **merging stopped for good after a leader change** (seen with code up to e1eec62;
+   every full-speed run at 4fdb337 and 3a10341 stopped so, one of them on an otherwise
+   idle machine): the new leader kept leading, every node held 50 MB or more of
+   unmerged input and `committed_seq` did not move for minutes. `Planner.step` proposed
+   nothing while it had no plan and proposals were in flight, and pysyncobj answers a
+   leader's proposal only when an entry at its log index is applied, so proposals of an
+   earlier term beyond the new log's end were never answered. Since 9bb50e6 the planner
+   forgets the proposals of an earlier term;
 3. **slow restarts** (fixed in c06b9aa): recovery of the newest merged file was
    quadratic (`parse_merged_records` copied the buffer for every inner record; 4 MB took
    5 s), and a sequencer restarted with 19-45 MB in its newest merged file was not back
-   within 2 minutes. At c06b9aa a restarted sequencer is back in step in about 3 s.
+   within 2 minutes. Since c06b9aa a restarted sequencer is back in step in seconds
+   (table).
 """

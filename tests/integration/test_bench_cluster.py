@@ -47,6 +47,7 @@ def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
 
     assert 1_000 < median("end-to-end throughput") < 10_000_000
     assert median("publish rate") >= median("end-to-end throughput")
+    assert 0 <= median("new raft terms") < 1000
     assert 1_000 < median("sequencer-only merge rate") < 10_000_000
     elected, failover = median("failover: kill -9 -> another"), median("failover: kill -9 the")
     assert 0 < elected <= failover < 60

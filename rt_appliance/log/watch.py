@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 from inotify_simple import INotify, flags
 
-__all__ = ["DirectoryWatcher", "wait_for_directory"]
+__all__ = ["AsyncDirectoryWatcher", "DirectoryWatcher", "wait_for_directory"]
 
 _MASK = (
     flags.MODIFY | flags.CREATE | flags.MOVED_TO | flags.CLOSE_WRITE | flags.DELETE | flags.ATTRIB
@@ -35,6 +37,14 @@ class DirectoryWatcher:
         events = self._inotify.read(timeout=int(timeout_s * 1000))
         return bool(events)
 
+    def fileno(self) -> int:
+        """The inotify descriptor: readable when a change is queued."""
+        return int(self._inotify.fileno())
+
+    def drain(self) -> bool:
+        """Take every queued change without waiting; True if there was one."""
+        return bool(self._inotify.read(timeout=0))
+
     def close(self) -> None:
         self._inotify.close()
 
@@ -53,3 +63,42 @@ def wait_for_directory(directory: Path, timeout_s: float) -> bool:
             return False
         time.sleep(min(0.05, timeout_s))
     return True
+
+
+class AsyncDirectoryWatcher:
+    """:class:`DirectoryWatcher` on the running event loop: no thread per wait.
+
+    The loop watches the inotify descriptor itself, so a change costs one callback
+    rather than a hand-over to and from a worker thread. As with the blocking
+    watcher, create it before reading: a change after the read makes the next
+    :meth:`wait` return at once.
+    """
+
+    def __init__(self, *directories: Path) -> None:
+        self._watcher = DirectoryWatcher(*directories)
+        self._changed = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._watcher.fileno(), self._on_readable)
+
+    def _on_readable(self) -> None:
+        self._watcher.drain()
+        self._changed.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until a change since the last wait, or ``timeout_s``; True if something changed."""
+        if not self._changed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout_s)
+        changed = self._changed.is_set()
+        self._changed.clear()
+        return changed
+
+    def close(self) -> None:
+        self._loop.remove_reader(self._watcher.fileno())
+        self._watcher.close()
+
+    def __enter__(self) -> AsyncDirectoryWatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

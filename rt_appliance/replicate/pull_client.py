@@ -6,7 +6,9 @@ prefix of every node's merged log: it is appended to only through
 connects to one node at a time, asks for METADATA (the topology) and sends
 ``PULL {position: where the copy ends}``; the node streams DATA from there. On
 any failure it waits (capped, jittered backoff) and tries the next node with the
-same position: merged logs are identical, so nothing is lost or repeated.
+same position: merged logs are identical, so nothing is lost or repeated. A node
+that failed is tried after the others for ``AVOID_AFTER_FAILURE_S``, so a node that
+keeps sending clients away (its sequencer silent) is not the next choice again.
 
 PRUNE ``{before}`` says the node deleted the files before that position; the
 client deletes its own copies of them (never the file it appends to) unless the
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -58,6 +61,8 @@ __all__ = ["ClientMetrics", "PullClient"]
 
 log = logging.getLogger(__name__)
 
+AVOID_AFTER_FAILURE_S = 10.0  # a node that failed is tried after the others for this long
+
 
 class ClientMetrics:
     """The pull client's Prometheus metrics, in a registry of their own."""
@@ -96,6 +101,7 @@ class PullClient:
         self._index = 0
         self._pruned_answers = 0  # nodes in a row that said our position was pruned
         self._failures = 0  # failed connections since the last PULL
+        self._avoid: dict[str, float] = {}  # node -> until when (monotonic) it is tried last
 
     async def run(self) -> None:
         """Pull until cancelled; reconnects and fails over by itself."""
@@ -106,7 +112,7 @@ class PullClient:
         )
         try:
             while True:
-                target = self._order[self._index % len(self._order)]
+                target = self._next_target()
                 try:
                     await self._pull_from(target, backoff)
                 except _Skip:
@@ -114,7 +120,7 @@ class PullClient:
                 except (RTError, TimeoutError) as exc:
                     self._failed(target, exc)
                     delay = backoff.next_delay()
-                    nxt = self._order[self._index % len(self._order)]
+                    nxt = self._next_target()
                     log.warning(
                         "%s: pull from %s failed (%s); trying %s in %.2fs",
                         self.host.name, target.name, exc, nxt.name, delay,
@@ -124,10 +130,27 @@ class PullClient:
             self.replica.close()
             log.info("%s stopped; the copy ends at %s", self.host.name, self.replica.end)
 
+    def _next_target(self) -> Endpoint:
+        """The node at the current index, passing over nodes that failed recently.
+
+        A node that just failed (its sequencer silent, say) may still rank first in
+        the topology; going back to it at once would keep the client off the nodes
+        that work. Once every node has failed recently, the order alone decides.
+        """
+        now = time.monotonic()
+        count = len(self._order)
+        for step in range(count):
+            candidate = self._order[(self._index + step) % count]
+            if self._avoid.get(candidate.name, 0.0) <= now:
+                self._index += step
+                return candidate
+        return self._order[self._index % count]
+
     def _failed(self, target: Endpoint, exc: BaseException) -> None:
         self.metrics.reconnects.inc()
         self._index += 1
         self._failures += 1
+        self._avoid[target.name] = time.monotonic() + AVOID_AFTER_FAILURE_S
         if isinstance(exc, PeerRejectedError):
             self.metrics.rejected.inc()
         if not isinstance(exc, PositionPrunedError):

@@ -21,7 +21,7 @@ from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import RTError, TransportError
 from rt_appliance.log.naming import publisher_dir_name
 from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
-from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
 from rt_appliance.replicate.messages import FrameType, decode_control, require
@@ -155,7 +155,7 @@ class PushClient:
         sent = {d: source.position for d, source in sources.items()}
         self._last_ack[node] = time.monotonic()
         next_lag_update = 0.0
-        with DirectoryWatcher(*(self.root / d for d in self.dirs)) as watcher:
+        with AsyncDirectoryWatcher(*(self.root / d for d in self.dirs)) as watcher:
             while not stop.is_set():
                 if acks.done():
                     acks.result()  # raises why the connection ended
@@ -178,7 +178,7 @@ class PushClient:
                     self._update_lag(node)
                     next_lag_update = time.monotonic() + 1.0
                 if not sent_any:
-                    await asyncio.to_thread(watcher.wait, min(_IDLE_WAIT_S, timeout / 4))
+                    await watcher.wait(min(_IDLE_WAIT_S, timeout / 4))
 
     def _update_lag(self, node: str) -> None:
         for d in self.dirs:

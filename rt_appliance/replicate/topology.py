@@ -15,7 +15,6 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -23,10 +22,9 @@ from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig, Subscr
 from rt_appliance.errors import FrameError
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.log.segments import bytes_after, list_files
-from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.messages import require
-from rt_appliance.replicate.session import finish_in_thread
 from rt_appliance.replicate.source import DirectorySource
 
 __all__ = [
@@ -194,12 +192,12 @@ class DirectoryChanges:
     def __init__(self, directory: Path) -> None:
         self.generation = 0
         self._event = asyncio.Event()
-        self._watcher = DirectoryWatcher(directory)
+        self._watcher = AsyncDirectoryWatcher(directory)
         self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
         while True:
-            if await finish_in_thread(partial(self._watcher.wait, FOLLOW_POLL_S)):
+            if await self._watcher.wait(FOLLOW_POLL_S):
                 self.generation += 1
                 self._event.set()
                 self._event = asyncio.Event()

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.log.segments import bytes_after
-from rt_appliance.log.watch import DirectoryWatcher
+from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.replicate.topology import sequencer_file, write_sequencer_file
@@ -41,6 +41,8 @@ from rt_appliance.sequencer.state import Prune
 __all__ = ["Sequencer"]
 
 log = logging.getLogger(__name__)
+# A busy input changes thousands of times a second; one wake this often covers them.
+_WATCH_COALESCE_S = 0.001
 
 
 class _Metrics:
@@ -126,8 +128,6 @@ class Sequencer:
         self._loop = asyncio.get_running_loop()
         serve_metrics(self.metrics.registry, self.config.node(self.name).host, self.metrics_port)
         self.merger.start()
-        watcher = threading.Thread(target=self._watch_inputs, name="in-watch", daemon=True)
-        watcher.start()
         control = ControlServer(
             self.config,
             self.name,
@@ -143,6 +143,7 @@ class Sequencer:
         tasks = [
             asyncio.create_task(reporter.run(), name="reporter"),
             asyncio.create_task(self._plan_loop(), name="planner"),
+            asyncio.create_task(self._watch_inputs(), name="in-watch"),
             asyncio.create_task(self._archive_loop(), name="archiver"),
             asyncio.create_task(self._observe_loop(), name="observer"),
         ]
@@ -166,29 +167,36 @@ class Sequencer:
         self.planner.report(node, extents)
         self._wake.set()
 
-    def _watch_inputs(self) -> None:
+    async def _watch_inputs(self) -> None:
+        """Wake the reporter and the planner when an input grows (or one appears).
+
+        At most one wake per ``_WATCH_COALESCE_S``: a busy input is written many
+        thousand times a second, and one report covers every write before it.
+        """
         in_dir = self.data_dir / "in"
         watched: list[str] = []
-        w: DirectoryWatcher | None = None
-        while not self._stop.is_set():
-            names = self.inputs.names()
-            if names != watched or w is None:
-                if w is not None:
-                    w.close()
-                in_dir.mkdir(parents=True, exist_ok=True)
-                try:
-                    w = DirectoryWatcher(in_dir, *(in_dir / n for n in names))
-                except OSError:
-                    time.sleep(0.1)
-                    continue
-                watched = names
-            if w.wait(0.2):
-                loop = self._loop
-                if loop is not None:
-                    loop.call_soon_threadsafe(self._inputs_changed.set)
-                    loop.call_soon_threadsafe(self._wake.set)
-        if w is not None:
-            w.close()
+        w: AsyncDirectoryWatcher | None = None
+        try:
+            while True:
+                names = self.inputs.names()
+                if names != watched or w is None:
+                    if w is not None:
+                        w.close()
+                        w = None
+                    in_dir.mkdir(parents=True, exist_ok=True)
+                    try:
+                        w = AsyncDirectoryWatcher(in_dir, *(in_dir / n for n in names))
+                    except OSError:  # a directory vanished between listing and watching
+                        await asyncio.sleep(0.1)
+                        continue
+                    watched = names
+                if await w.wait(0.2):
+                    self._inputs_changed.set()
+                    self._wake.set()
+                    await asyncio.sleep(_WATCH_COALESCE_S)
+        finally:
+            if w is not None:
+                w.close()
 
     async def _plan_loop(self) -> None:
         while True:

@@ -16,9 +16,10 @@ defaults, and why:
   pysyncobj's own ``pysyncobj.pickle.loads``/``load`` (used for the commands in its
   log) are replaced by the same restricted decoder. Snapshots are JSON.
 * **A synced journal.** pysyncobj writes its journal through mmap and never syncs
-  it. Here every journal write marks it dirty, and it is synced (msync + fsync)
-  before any raft message leaves the node (so no vote and no append acknowledgement
-  is sent for an entry that is not on disk) and before a committed entry is applied.
+  it. Here every journal write marks it dirty, and it is synced (fsync, which on
+  Linux also writes back pages changed through the mapping) before any raft message
+  leaves the node (so no vote and no append acknowledgement is sent for an entry
+  that is not on disk) and before a committed entry is applied.
 * **Replicated methods never raise.** :meth:`_Replicated.apply` hands the command
   bytes to the state machine and logs and counts anything it raises; a malformed
   command is rejected by the state machine identically on every node.
@@ -36,7 +37,6 @@ import contextlib
 import io
 import json
 import logging
-import mmap
 import os
 import pickle
 import socket
@@ -154,8 +154,9 @@ class _SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         if not self.dirty:
             return
         resizable = self._FileJournal__journalFile
-        mm: mmap.mmap = resizable._ResizableFile__mm
-        mm.flush()
+        # fsync alone: on Linux it writes back pages dirtied through the shared mapping
+        # too (msync(MS_SYNC) is the same call), and unlike mmap.flush() it releases the
+        # GIL, so the process's other threads run while the disk works.
         os.fsync(resizable._ResizableFile__f.fileno())
         self.dirty = False
         self.syncs += 1

@@ -126,10 +126,18 @@ def check_record(buf: bytes, offset: int) -> tuple[int, int, str]:
     return kind, end, ""
 
 
-def scan(buf: bytes, start: int, limit: int, decode: bool = True, verify: bool = True) -> Scan:
+def scan(
+    buf: bytes,
+    start: int,
+    limit: int,
+    decode: bool = True,
+    verify: bool = True,
+    payloads: bool = True,
+) -> Scan:
     """Scan up to ``limit`` message records of ``buf`` from ``start``.
 
-    With ``decode`` False only offsets are collected (verification, recovery).
+    With ``decode`` False only offsets are collected (verification, recovery);
+    with ``payloads`` False, timestamps and ids but no payload copies.
     Written for speed: pass 1 walks the length fields only, the later passes are
     list comprehensions over the offsets it found.
     """
@@ -173,5 +181,8 @@ def scan(buf: bytes, start: int, limit: int, decode: bool = True, verify: bool =
     result.stop_offset = ends[-1] if ends else start
     if decode:
         result.timestamps_ns, result.ids = timestamps_ns[: len(offsets)], ids[: len(offsets)]
-        result.payloads = [buf[o + header_bytes : e] for o, e in zip(offsets, ends, strict=True)]
+        if payloads:
+            result.payloads = [
+                buf[o + header_bytes : e] for o, e in zip(offsets, ends, strict=True)
+            ]
     return result

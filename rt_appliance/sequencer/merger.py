@@ -51,19 +51,29 @@ _RETRY_S = 1.0
 
 
 def build_record(
-    dir_name: str, start: int, ts: int, seq: int, source: bytes, watermark_before: int | None
+    dir_name: str,
+    start: int,
+    ts: int,
+    seq: int,
+    source: bytes,
+    watermark_before: int | None,
+    records: Records | None = None,
 ) -> tuple[bytes, int, int | None]:
     """The merged record for input bytes ``source`` (whole records from ``start``).
 
     Returns (record, records kept, watermark after). The leader builds it to propose
-    a merge; every node builds it again to carry the merge out.
+    a merge (passing the ``records`` it has just read and checked); every node builds
+    it again to carry the merge out.
     """
-    found = scan(source, 0, 1 << 30, decode=True)
-    if found.stop_offset != len(source) or not found.offsets:
-        raise ValueError(f"input bytes of {dir_name} at {Position(start)} are not whole records")
-    first = Position(start)
-    end = first.with_offset(first.offset + len(source))
-    records = Records(first, end, source, found.ids, found.offsets, found.timestamps_ns[0])
+    if records is None:
+        found = scan(source, 0, 1 << 30, payloads=False)
+        if found.stop_offset != len(source) or not found.offsets:
+            raise ValueError(
+                f"input bytes of {dir_name} at {Position(start)} are not whole records"
+            )
+        first = Position(start)
+        end = first.with_offset(first.offset + len(source))
+        records = Records(first, end, source, found.ids, found.offsets, found.timestamps_ns[0])
     kept, count, watermark = filter_records(records, watermark_before)
     topic, host = parse_publisher_dir(dir_name) or (dir_name, "")
     header = RangeHeader(topic, host, start, len(kept), count)
@@ -370,7 +380,21 @@ def _matches(record: bytes, ins: Merge) -> bool:
 
 
 def _rebuild(ins: Merge, source: bytes, watermark_before: int | None) -> bytes:
-    return build_record(ins.dir, ins.start, ins.ts, ins.seq, source, watermark_before)[0]
+    """The record of ``ins`` from input bytes ``source``; the caller checks it with
+    :func:`_matches`.
+
+    Without a dedup watermark every record is kept, so the record is the range header
+    and the input bytes as they are: no record needs parsing, and the CRC of the whole
+    record, compared with the committed one, checks every byte at once.
+    """
+    if watermark_before is None:
+        topic, host = parse_publisher_dir(ins.dir) or (ins.dir, "")
+        header = RangeHeader(topic, host, ins.start, len(source), ins.count)
+        return encode_range(header, ins.ts, ins.seq) + source
+    try:
+        return build_record(ins.dir, ins.start, ins.ts, ins.seq, source, watermark_before)[0]
+    except ValueError:  # damaged bytes: no record, so another source is tried
+        return b""
 
 
 def _last_recorded_prune(history: Path) -> int:

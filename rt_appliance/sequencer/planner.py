@@ -157,7 +157,7 @@ class Planner:
         ts = time.time_ns()
         seq = spec.seq + 1
         record, count, watermark = build_record(
-            name, int(records.start), ts, seq, records.data, spec.watermark_of(name)
+            name, int(records.start), ts, seq, records.data, spec.watermark_of(name), records
         )
         if len(record) > spec.roll_bytes - spec.header_bytes and len(records.ids) == 1:
             if self._too_big != (name, int(records.start)):

@@ -12,7 +12,7 @@ from rt_appliance.log.format import encode_batch
 from rt_appliance.position import Position
 from rt_appliance.sequencer.archiver import Disk, MergedFile, decide
 from rt_appliance.sequencer.inputs import Records, filter_records
-from rt_appliance.sequencer.merger import build_record
+from rt_appliance.sequencer.merger import _matches, _rebuild, build_record
 from rt_appliance.sequencer.planner import majority_extent
 from rt_appliance.sequencer.raft import restricted_loads
 from rt_appliance.sequencer.state import (
@@ -218,3 +218,21 @@ def test_a_merge_that_leaves_a_gap_in_its_input_is_rejected() -> None:
     skipped = merge_for(s, "trades.pub-1", m1.end + 32, [4])  # record 3 left out
     assert s.apply(skipped.encode()) is None
     assert "gap" in s.last_reject
+
+
+@pytest.mark.parametrize("dir_name", ["trades.pub-1", "orders.dedup.pub-1"])
+def test_a_node_rebuilds_the_committed_record_and_notices_damaged_input(dir_name: str) -> None:
+    state = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    ids = [1, 2, 3, 4]
+    data, _ = encode_batch([b"x%d" % i for i in ids], 1000, ids)
+    ins = merge_for(state, dir_name, start, ids)
+    watermark = state.watermark_of(dir_name)
+    record = _rebuild(ins, data, watermark)
+    assert _matches(record, ins)
+    assert record == build_record(dir_name, start, 5, ins.seq, data, watermark)[0]
+    for where in (0, 30, len(data) - 1):  # a CRC field, a header, the last payload byte
+        damaged = bytearray(data)
+        damaged[where] ^= 0x01
+        assert not _matches(_rebuild(ins, bytes(damaged), watermark), ins)
+    assert not _matches(_rebuild(ins, data[:-1], watermark), ins)  # a torn last record

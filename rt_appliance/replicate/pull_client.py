@@ -111,13 +111,20 @@ class PullClient:
             self.config.replication.reconnect_max_ms / 1000,
         )
         try:
+            skips = 0  # in a row: once every node was skipped, pause as after a failure
             while True:
                 target = self._next_target()
                 try:
                     await self._pull_from(target, backoff)
                 except _Skip:
                     self._index += 1
+                    skips += 1
+                    if skips >= len(self._order):
+                        skips = 0
+                        await asyncio.sleep(backoff.next_delay())
+                    continue
                 except (RTError, TimeoutError) as exc:
+                    skips = 0
                     self._failed(target, exc)
                     delay = backoff.next_delay()
                     nxt = self._next_target()
@@ -202,7 +209,11 @@ class PullClient:
         names = [e.name for e in order]
         self._index = names.index(node) if node in names else self._index
         preferred = (node == leader) == (self.host.prefer == "leader")
-        others_failed = self._failures >= (1 if self.host.prefer == "leader" else len(order) - 1)
+        now = time.monotonic()
+        others = [e.name for e in order if e.name != node]
+        others_failed = self._failures >= (
+            1 if self.host.prefer == "leader" else len(order) - 1
+        ) or all(self._avoid.get(name, 0.0) > now for name in others)
         if leader is not None and self.host.prefer != "any" and not preferred and not others_failed:
             raise _Skip(node)
 

@@ -122,7 +122,7 @@ class Sequencer:
             loop.call_soon_threadsafe(self._wake.set)
 
     def leader(self) -> str | None:
-        return self.raft.status().leader
+        return self.raft.leader()
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()

@@ -81,7 +81,7 @@ class Planner:
                 self._spec = None
             return 0
         local = self.inputs.extents()
-        term = self.raft.status().term
+        term = self.raft.term()
         made = 0
         with self._lock:
             self._reports[self.node_name] = local

@@ -569,6 +569,15 @@ class RaftNode:
 
         self._obj.apply(command, callback=callback)
 
+    def leader(self) -> str | None:
+        """The leader this node knows of (cheap: no full status)."""
+        node = self._obj._getLeader()
+        return self._link.name_of(node) if node is not None else None
+
+    def term(self) -> int:
+        """The current raft term (cheap: no full status)."""
+        return int(self._obj.raftCurrentTerm)
+
     def status(self) -> RaftStatus:
         s = self._obj.getStatus()
         leader = s.get("leader")

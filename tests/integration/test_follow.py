@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from rt_appliance import Publisher, Subscriber
 from rt_appliance.log.segments import list_files
+from rt_appliance.log.watch import AsyncDirectoryWatcher
 from tests.helpers import Follower, check_whole_log, payloads, read_all
 
 pytestmark = pytest.mark.integration
@@ -102,3 +105,28 @@ def test_follower_waits_at_a_torn_tail_until_recovery(tmp_path: Path) -> None:
     follower.stop(publish_stop(tmp_path))
     check_whole_log(pub.directory, [b"kept", b"after recovery", b"__stop_following__"])
     assert payloads(read_all(pub.directory))[-1] == b"__stop_following__"
+
+
+def test_async_watcher_wakes_on_a_write_and_keeps_a_change_made_before_the_wait(
+    tmp_path: Path,
+) -> None:
+    """The event-loop watcher: a write wakes a waiting task; a write between a read and
+    the next wait is not lost; no change means a timeout that says so."""
+
+    async def scenario() -> tuple[bool, bool, bool, float]:
+        with AsyncDirectoryWatcher(tmp_path) as watcher:
+            idle = await watcher.wait(0.05)
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.05, (tmp_path / "a").write_bytes, b"x")
+            started = time.monotonic()
+            woken = await watcher.wait(5.0)
+            waited = time.monotonic() - started
+            (tmp_path / "a").write_bytes(b"y")  # a change while nobody waits
+            await asyncio.sleep(0.05)  # the loop takes the event meanwhile
+            kept = await watcher.wait(0.0)
+        return idle, woken, kept, waited
+
+    idle, woken, kept, waited = asyncio.run(scenario())
+    assert not idle
+    assert woken and waited < 4.0
+    assert kept

@@ -422,11 +422,14 @@ servers and the latency follower. What limits the figures:
   CRC, writes and syncs it;
 - latency: appends to a file wait while a sync of it runs, even one in another thread.
   Servers therefore sync at most every `replication.sync_interval_ms` (10 ms): that took
-  the p99 from 35 ms (syncing as soon as data arrived) to the 7 ms above, p50 0.8 ms.
-  Without syncs at all (`--fsync never`, replicas acknowledged once written) an earlier
-  `rt bench replicate --runs 3 --backlog-gib 0.05 --memory-gb 0 --fsync never` measured
-  p50 0.84 ms and p99 2.18 ms (runs 2.08-2.87); the rest is five processes woken per
-  message on two cores;
+  the p99 from 35 ms (syncing as soon as data arrived) to 5-9 ms, p50 0.8-1.1 ms. The
+  push client waits for inotify on its event loop rather than in a worker thread; side
+  by side with the code before that change (three alternating pairs of
+  `rt bench replicate --runs 1 --backlog-gib 0.05 --memory-gb 0`) the p99 was 2.4-3.6 ms
+  against 3.4-6.6 ms, p50 0.8 ms in both. Without syncs at all (`--fsync never`,
+  replicas acknowledged once written) an earlier run measured p50 0.84 ms and p99
+  2.18 ms; the rest is five processes woken per message on two cores, shared with other
+  work;
 - memory: each daemon grows by its frame buffers (about 20 MB) whatever it moves.
 """
 
@@ -443,74 +446,67 @@ that stalled are listed at the end and left out. Memory is one run.
 For comparison, measured on this machine before: the best peer end to end was a
 single-node RabbitMQ stream with its Python client at about 170,000 msg/s; a NATS
 JetStream stream replicated by raft over 3 nodes (R3) reached about 21,000 msg/s with a
-p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves 118,000-135,000
-msg/s end to end while the machine is not crowded (52,000 in a run that shared it at a
-load average of 20): 5 to 6 times the replicated JetStream stream and about three
-quarters of the single-node RabbitMQ stream. Its latency is far worse than JetStream's
-(p99 of hundreds of milliseconds against 7.4 ms).
+p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves about 155,000-165,000
+msg/s end to end: 7 to 8 times the replicated JetStream stream and nine tenths of the
+single-node RabbitMQ stream. Its latency is far worse than JetStream's (p99 of hundreds
+of milliseconds against 7.4 ms).
 
 What limits each figure:
 
-- **throughput** is CPU-bound. In a full-speed run the daemons use about 55 s of CPU in
-  30 s, both cores: the three sequencers about 27 s, push servers 11 s, push clients
-  6 s, pull server and pull client 9-10 s; about 14 us of CPU per message in all.
-  500,000 msg/s at that cost needs about 7 cores, i.e. nodes on hosts of their own; on
-  one 2-core machine the target is out of reach. The publishers alone write up to
-  800,000-900,000 msg/s (second row);
+- **throughput** is CPU-bound. A full-speed run of 4 million messages costs about 43 s
+  of CPU in all: sequencers 11-13 s (the three together), push servers 11-12 s, pull
+  server 8 s, push clients 6 s, pull client 6 s; about 11 us per message. 500,000 msg/s
+  at that cost needs about 5.5 cores, i.e. nodes on hosts of their own; on one 2-core
+  machine the target is out of reach. Most of what is left is per-record work in
+  Python: every record's CRC-32 is checked on the publisher host, on each push server
+  and on the subscriber host (about 0.4 us each), and TLS on every hop. The publishers
+  alone write 740,000-790,000 msg/s (second row). The sequencer now checks each input
+  record's CRC once per merge (on the leader, when it plans; it was four times there and
+  twice on followers) and waits for inotify on its event loop. Side by side with the
+  code before (fa9f577), alternating `rt bench cluster --runs 1 --measure throughput
+  --measure merge --messages 1000000`: 166,000 and 169,000 msg/s end to end against
+  128,000 and 125,000, with no leader election during the runs against 6 and 8 (CPU
+  starvation had cost the sequencers their heartbeats);
 - **sequencer-only merge**: with the input already on every node, three sequencers on
-  two cores merge 150,000-400,000 msg/s, two to three times the end-to-end rate of the
-  same moment, so merging is not what limits the end-to-end figure here; sharing two
-  cores with the replication daemons is;
+  two cores merge 700,000-840,000 msg/s, five times the end-to-end rate, so merging is
+  not what limits the end-to-end figure. Side by side as above: 812,000 and 891,000
+  msg/s against 415,000 and 396,000 before;
 - **failover** is a raft election: another node stands after an election timeout
   (`sequencer.raft_min_timeout_ms` 400 to `raft_max_timeout_ms` 1000 after the last
   heartbeat), wins the vote, and commits and writes its first merge, usually within
-  0.1 s of being elected. Single kills ranged from 0.4 to 2.3 s, so some failovers
-  take longer than 2 s although the median meets the target;
+  0.1 s of being elected. Single kills ranged from 0.7 to 1.8 s;
 - **latency** is two orders of magnitude above the target. A message passes five
-  processes and a raft round: the push server syncs at most every 10 ms, followers
-  report how far they hold each input (on change, at least every 50 ms), the leader
-  proposes a range once a majority holds it, every node syncs its raft journal before it
-  answers, followers learn a commit from the next append, every node builds and writes
-  the range record, and the subscriber host copies a follower's merged log. A breakdown
-  at 5,000 msg/s on a quiet machine (followers of three places in one process) measured
-  p50 9-20 ms to a node's `in/`, 40-130 ms to a follower's merged log and 85-110 ms to
-  the subscriber's copy. When other work crowds the machine the stream falls behind
-  even 5,000 msg/s and the latency becomes the backlog (p50 6.6 s at a load average of
-  20);
-- **memory**: a sequencer starts near 70 MB; over 10 million messages at 50,000 msg/s it
-  grew by 23-34 MB, all of it in the first 6 million messages (rt-2: 97 MB at 4.0
-  million, 104 MB from 5.9 million to the end; an earlier run: 23-32 MB, flat after 5-6
-  million). That is under the 50 MB bound and flat in the second half, but it does grow
-  with the first millions; a longer run would show whether it stays level.
+  processes and a raft round: the push server writes it into the node's `in/`, each
+  node's sequencer sees the change (inotify) and followers report how far they hold
+  each input, the leader proposes a range once a majority holds it, every node syncs its
+  raft journal before it answers, followers learn the commit from the next append,
+  every node builds and writes the range record, and the subscriber host copies a
+  follower's merged log. Measured stage by stage (a follower on each stage's directory,
+  all in one probe process outside `rt bench`), on an idle stream (one message every
+  50 ms) that takes 15-18 ms: 2-3 ms to a node's `in/`, 11-13 ms to the leader's merged log, 2-3 ms more to a
+  follower's and 2 ms more to the subscriber's copy. At 5,000 msg/s the daemons need
+  most of both cores (the sequencers alone about a quarter of a core each, the leader
+  half a core, from 1,000 msg/s up: about 100 merges a second, and their threads pass
+  the interpreter lock 10,000-20,000 times a second), so every hop also waits for a CPU:
+  p50 8-17 ms to `in/`, 30-65 ms to the leader's merged log, 50-70 ms to a follower's
+  and 70-120 ms to the subscriber's copy, with p99 several times that;
+- **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 22-34
+  MB in the runs so far, nearly all of it in the first 5-6 million messages and flat
+  after that. That is under the 50 MB bound; a longer run would show whether it stays
+  level.
 
-Sequencer problems this benchmark found (the sequencer code is not changed here):
+Problems this benchmark found, and where they were fixed:
 
 1. **Messages missing from the merged log after leader changes** (fixed in 9bb50e6). At
-   full speed the raft leader changes every few seconds (10 to 60 terms in a 30-70 s
-   run, also with nothing else running on the machine; see the terms row): the
-   sequencers get too little time to keep their heartbeats (one node logged a new
-   leader 3 s after the others). With code at c06b9aa, 1 of 3 full-speed runs of a
-   `rt bench cluster --runs 3` and 1 of 6 runs of a repeat ended with every node
-   reporting all input merged (no lag, committed = merged) while the subscriber lacked
-   24,576 and 16,384 messages: exactly 3 and 2 merges of 1 MiB. The three merged logs
-   were identical and showed the gap: the range with merged seq 50 started 16,384
-   records after the end of the previous range of `quotes.pub-2`. The state machine
-   rejected a range starting before its input's committed position but accepted one
-   starting after it, and a leader that had lost and regained leadership planned from
-   its stale speculative state. 9bb50e6 rejects a merge that leaves a gap inside an
-   input file and makes the planner drop its plan when the raft term changes; the runs
-   above use it;
-2. **merging stopped for good after a leader change** (seen with code up to e1eec62;
-   every full-speed run at 4fdb337 and 3a10341 stopped so, one of them on an otherwise
-   idle machine): the new leader kept leading, every node held 50 MB or more of
-   unmerged input and `committed_seq` did not move for minutes. `Planner.step` proposed
-   nothing while it had no plan and proposals were in flight, and pysyncobj answers a
-   leader's proposal only when an entry at its log index is applied, so proposals of an
-   earlier term beyond the new log's end were never answered. Since 9bb50e6 the planner
-   forgets the proposals of an earlier term;
+   full speed, when the raft leader changed every few seconds from CPU starvation, a
+   leader that had lost and regained leadership planned from its stale speculative
+   state, and the state machine accepted a range starting after its input's committed
+   position: 16,384 or 24,576 messages were left out, identically on every node. A
+   merge that leaves a gap inside an input file is now rejected, and the planner drops
+   its plan when the raft term changes;
+2. **merging stopped for good after a leader change** (fixed in 9bb50e6): the planner
+   proposed nothing while proposals of an earlier term were in flight, and pysyncobj
+   never answers those; the planner now forgets them;
 3. **slow restarts** (fixed in c06b9aa): recovery of the newest merged file was
-   quadratic (`parse_merged_records` copied the buffer for every inner record; 4 MB took
-   5 s), and a sequencer restarted with 19-45 MB in its newest merged file was not back
-   within 2 minutes. Since c06b9aa a restarted sequencer is back in step in seconds
-   (table).
+   quadratic; a restarted sequencer is now back in step in seconds (table).
 """

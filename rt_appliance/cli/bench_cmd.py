@@ -483,8 +483,9 @@ What limits each figure:
   every node builds and writes the range record, and the subscriber host copies a
   follower's merged log. Measured stage by stage (a follower on each stage's directory,
   all in one probe process outside `rt bench`), on an idle stream (one message every
-  50 ms) that takes 15-18 ms: 2-3 ms to a node's `in/`, 11-13 ms to the leader's merged log, 2-3 ms more to a
-  follower's and 2 ms more to the subscriber's copy. At 5,000 msg/s the daemons need
+  50 ms) that takes 15-18 ms: 2-3 ms to a node's `in/`, 11-13 ms to the leader's merged
+  log, 2-3 ms more to a follower's and 2 ms more to the subscriber's copy. At 5,000
+  msg/s the daemons need
   most of both cores (the sequencers alone about a quarter of a core each, the leader
   half a core, from 1,000 msg/s up: about 100 merges a second, and their threads pass
   the interpreter lock 10,000-20,000 times a second), so every hop also waits for a CPU:

@@ -75,7 +75,7 @@ __all__ = [
     "verdicts",
 ]
 
-MEASUREMENTS = ("throughput", "merge", "failover", "latency", "memory")
+MEASUREMENTS = ("throughput", "merge", "failover", "latency", "stages", "memory")
 PUBLISHERS = {"pub-1": ["trades"], "pub-2": ["quotes"]}  # publisher host -> its topic
 SUBSCRIBER = "sub-1"
 NODES = 3
@@ -338,16 +338,24 @@ class _Bench:
             child.go()
         return children
 
-    def subscriber(self, expected: int, skip: int, latency: bool = False) -> _Child:
-        """The subscribing application on sub-1, reading its copy of the merged log."""
+    def subscriber(
+        self,
+        expected: int,
+        skip: int,
+        latency: bool = False,
+        directory: Path | None = None,
+        label: str = "subscribe",
+    ) -> _Child:
+        """The subscribing application on sub-1, reading its copy of the merged log (or,
+        to time a stage of the stream, following ``directory`` on a node)."""
         args = {
-            "dir": str(self.stream.subscriber_dir(SUBSCRIBER)),
+            "dir": str(directory or self.stream.subscriber_dir(SUBSCRIBER)),
             "expected": expected,
             "skip": skip,
             "latency": latency,
             "nice": self.opts.nice,
         }
-        child = _Child("subscribe", args, self.work / "logs" / "app-subscribe.log")
+        child = _Child("subscribe", args, self.work / "logs" / f"app-{label}.log")
         self.children.append(child)
         child.ready.wait(LEADER_TIMEOUT_S)
         if not child.ready.is_set():
@@ -725,6 +733,47 @@ def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -
     return {k: float(v) for k, v in got["latency_ms"].items()}
 
 
+STAGES = (  # (name, where a follower of that stage reads)
+    ("a follower node's in/ (pub-1)", "in"),
+    ("the leader's merged log", "leader"),
+    ("a follower's merged log", "follower"),
+    ("the subscriber's copy", "subscriber"),
+)
+
+
+def measure_stages(
+    opts: ClusterBenchOptions, work: Path, progress: Progress
+) -> dict[str, dict[str, float]]:
+    """Latency (ms) from publish to each stage of the stream at ``opts.latency_rate``:
+    one follower process per stage, all reading at once."""
+    rate = max(1, opts.latency_rate // len(PUBLISHERS))
+    count = int(rate * opts.latency_seconds)
+    with _Bench(opts, work, progress) as b:
+        b.start()
+        skip = b.warm_up()
+        _settle(b)
+        leader = b.wait_leader()
+        follower = next(n for n in b.stream.node_names if n != leader)
+        host, topics = next(iter(PUBLISHERS.items()))
+        places = {
+            "in": (b.stream.input_dir(follower, host, topics[0]), 1, count),
+            "leader": (b.stream.merged_dir(leader), skip, count * len(PUBLISHERS)),
+            "follower": (b.stream.merged_dir(follower), skip, count * len(PUBLISHERS)),
+            "subscriber": (b.stream.subscriber_dir(SUBSCRIBER), skip, count * len(PUBLISHERS)),
+        }
+        subs = {
+            key: b.subscriber(first + n, first, latency=True, directory=d, label=f"subscribe-{key}")
+            for key, (d, first, n) in places.items()
+        }
+        pubs = b.publishers(count, rate=rate, single=True)
+        final = places["subscriber"]
+        b.wait_subscriber(subs["subscriber"], "stages", final[1] + final[2])
+        got = {key: sub.finish() for key, sub in subs.items()}
+        for p in pubs:
+            p.finish()
+    return {key: {k: float(v) for k, v in got[key]["latency_ms"].items()} for key in got}
+
+
 def _settle(b: _Bench) -> None:
     """A moment for the stream to settle after the warm-up (elections, connections)."""
     time.sleep(1.0)
@@ -808,6 +857,13 @@ class _Suite:
         self.p50 = Result(f"publish-to-subscriber latency p50 at {rate}", "ms", "<= 1")
         self.p99 = Result(f"publish-to-subscriber latency p99 at {rate}", "ms", "<= 5")
         self.worst = Result(f"publish-to-subscriber latency max at {rate}", "ms", "-")
+        self.stages = {
+            key: (
+                Result(f"stage latency p50 at {rate}: publish -> {name}", "ms", "-"),
+                Result(f"stage latency p99 at {rate}: publish -> {name}", "ms", "-"),
+            )
+            for name, key in STAGES
+        }
 
     def attempt(self, name: str, run: int, fn: Callable[[Path, int], None]) -> None:
         """``fn(work, run)`` in a fresh work directory; a failure becomes a problem."""
@@ -833,6 +889,16 @@ class _Suite:
         self.worst.values.append(got["max"])
         self.progress(
             f"  p50 {got['p50']:.2f} ms, p99 {got['p99']:.2f} ms, max {got['max']:.1f} ms"
+        )
+
+    def stage_latency(self, work: Path, run: int) -> None:
+        got = measure_stages(self.opts, work, self.progress)
+        for key, (p50, p99) in self.stages.items():
+            p50.values.append(got[key]["p50"])
+            p99.values.append(got[key]["p99"])
+        self.progress(
+            "  p50/p99 ms: "
+            + ", ".join(f"{key} {got[key]['p50']:.1f}/{got[key]['p99']:.1f}" for key in got)
         )
 
     def throughput(self, work: Path, run: int) -> None:
@@ -896,6 +962,7 @@ class _Suite:
         o = self.opts
         steps = [  # latency first: a throughput run leaves the disk writing back
             ("latency", self.latency),
+            ("stages", self.stage_latency),
             ("throughput", self.throughput),
             ("merge", self.merged),
             ("failover", self.failovers),
@@ -916,6 +983,9 @@ class _Suite:
         self.restart.note = "restart -> merged what the leader had committed"
         for r in (self.p50, self.p99, self.worst):
             r.note = f"{o.latency_seconds:g} s of single publish calls per run"
+        stage_results = [r for pair in self.stages.values() for r in pair]
+        for r in stage_results:
+            r.note = "a follower process on each stage at once, single publish calls"
         measured_by = [
             (self.e2e, "throughput"),
             (self.pub, "throughput"),
@@ -927,6 +997,7 @@ class _Suite:
             (self.p50, "latency"),
             (self.p99, "latency"),
             (self.worst, "latency"),
+            *((r, "stages") for r in stage_results),
         ]
         results = []
         for r, name in measured_by:

@@ -216,14 +216,14 @@ def replicate_bench(
     type=click.IntRange(2),
     default=5_000,
     show_default=True,
-    help="Total msg/s of the latency runs.",
+    help="Total msg/s of the latency and stages runs.",
 )
 @click.option(
     "--latency-seconds",
     type=click.FloatRange(0.5, 600),
     default=10.0,
     show_default=True,
-    help="Length of each latency run.",
+    help="Length of each latency and stages run.",
 )
 @click.option(
     "--memory-messages",
@@ -320,6 +320,9 @@ def cluster_bench(
                 kill -> another leader has committed and merged past the kill
     latency     single publish calls at --latency-rate in total; record
                 timestamp -> the subscriber reads it (p50, p99, max)
+    stages      the same traffic, timed at each stage at once by a follower
+                process: a follower node's in/, the leader's merged log, a
+                follower's merged log, the subscriber's copy (p50, p99)
     memory      RSS of every rt sequencer while --memory-messages pass (once)
 
     A run that makes no progress for --stall-seconds is reported with the nodes'

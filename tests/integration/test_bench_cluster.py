@@ -57,6 +57,20 @@ def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
         median("publish-to-subscriber latency p99"),
     )
     assert 0 < p50 <= p99 <= median("publish-to-subscriber latency max") < 30_000
+    stage = {  # p50 and p99 per stage, in the order a message passes them
+        name.split(": publish -> ")[1]: (r["median"], results[name.replace("p50", "p99")]["median"])
+        for name, r in results.items()
+        if name.startswith("stage latency p50")
+    }
+    assert list(stage) == [
+        "a follower node's in/ (pub-1)",
+        "the leader's merged log",
+        "a follower's merged log",
+        "the subscriber's copy",
+    ]
+    stages = list(stage.values())
+    assert all(0 < p50 <= p99 < 30_000 for p50, p99 in stages)
+    assert stages[0][0] < stages[-1][0]  # a node's in/ comes before the subscriber's copy
     growth = [r for name, r in results.items() if "sequencer RSS growth" in name]
     assert sorted(r["name"].split()[0] for r in growth) == ["rt-1", "rt-2", "rt-3"]
     assert all(-100 < r["median"] < 500 and "start" in r["note"] for r in growth)

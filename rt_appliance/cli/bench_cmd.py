@@ -484,16 +484,19 @@ What limits each figure:
   each input, the leader proposes a range once a majority holds it, every node syncs its
   raft journal before it answers, followers learn the commit from the next append,
   every node builds and writes the range record, and the subscriber host copies a
-  follower's merged log. Measured stage by stage (a follower on each stage's directory,
-  all in one probe process outside `rt bench`), on an idle stream (one message every
-  50 ms) that takes 15-18 ms: 2-3 ms to a node's `in/`, 11-13 ms to the leader's merged
-  log, 2-3 ms more to a follower's and 2 ms more to the subscriber's copy. At 5,000
-  msg/s the daemons need
-  most of both cores (the sequencers alone about a quarter of a core each, the leader
-  half a core, from 1,000 msg/s up: about 100 merges a second, and their threads pass
-  the interpreter lock 10,000-20,000 times a second), so every hop also waits for a CPU:
-  p50 8-17 ms to `in/`, 30-65 ms to the leader's merged log, 50-70 ms to a follower's
-  and 70-120 ms to the subscriber's copy, with p99 several times that;
+  follower's merged log. On an idle stream (one message every 50 ms, a follower
+  process on each stage's directory) that takes 15-18 ms: 2-3 ms to a node's `in/`,
+  11-13 ms to the leader's merged log, 2-3 ms more to a follower's and 2 ms more to the
+  subscriber's copy. At 5,000 msg/s the daemons need most of both cores (from 1,000
+  msg/s up the sequencers take about a quarter of a core each and the leader's half a
+  core: about 100 merges a second, and their threads pass the interpreter lock
+  10,000-20,000 times a second), so every hop also waits for a CPU. Stage by stage at
+  5,000 msg/s (`rt bench cluster --measure stages --runs 3`, load average 2.6-6,
+  medians of p50/p99): 22/122 ms to a follower node's `in/`, 62/172 ms to the leader's
+  merged log, 101/481 ms to a follower's and 136/540 ms to the subscriber's copy (four
+  more reading processes than the latency runs). Followers apply a commit 10-15 ms
+  after the leader: each raft message is handled by pysyncobj's tick thread, which
+  waits for a CPU and for the interpreter lock around every journal sync;
 - **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 22-34
   MB in the runs so far, nearly all of it in the first 5-6 million messages and flat
   after that. That is under the 50 MB bound; a longer run would show whether it stays

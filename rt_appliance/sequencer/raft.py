@@ -25,8 +25,10 @@ defaults, and why:
   command is rejected by the state machine identically on every node.
 * **Every ``SyncObjConf`` option is set explicitly** in :func:`_conf`.
 
-Term and vote are not persisted by pysyncobj 0.3; a node that restarts starts at
-term 0 and learns the current term from its peers.
+* **Term and vote on disk.** pysyncobj keeps them in memory only; the transport
+  saves them (:mod:`rt_appliance.sequencer.vote`) before any message leaves the node
+  whenever either changed, and restores them when the node starts, so a restarted
+  node never votes twice in one term and its term never goes back.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from pysyncobj.transport import Transport
 
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
 from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
+from rt_appliance.sequencer.vote import Vote, VoteStore
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 
 __all__ = ["RaftNode", "RaftStatus", "StateMachine", "restricted_loads"]
@@ -306,6 +309,17 @@ class TlsTransport(Transport):  # type: ignore[misc]
     def __init__(self, sync_obj: Any, self_node: Node, other_nodes: Any, *, link: _Link) -> None:
         super().__init__(sync_obj, self_node, other_nodes)
         self.link = link
+        # pysyncobj keeps term and vote in memory only: restore them before its thread
+        # starts (it creates the transport after setting both to their initial values).
+        self._sync_obj = sync_obj
+        self._votes = VoteStore(Path(link.journal_path).parent)
+        restored = self._votes.saved
+        sync_obj._SyncObj__raftCurrentTerm = restored.term
+        sync_obj._SyncObj__votedForNodeId = restored.voted_for
+        if restored.term:
+            log.info(
+                "raft: term %d restored (voted for %s)", restored.term, restored.voted_for or "-"
+            )
         self.server_ctx = server_context(link.config.tls, link.name)
         self.client_ctx = client_context(link.config.tls, link.name)
         self.timeout_s = link.timeout_s
@@ -368,7 +382,10 @@ class TlsTransport(Transport):  # type: ignore[misc]
             and not peer.may_append()
         ):
             return True  # held back until the follower answers; raft resends from its answer
-        self.link.sync_journal()  # nothing leaves before the journal is on disk
+        # Nothing leaves before the journal, the term and the vote are on disk.
+        obj = self._sync_obj
+        self._votes.save(Vote(obj._SyncObj__raftCurrentTerm, obj._SyncObj__votedForNodeId))
+        self.link.sync_journal()
         body = pickle.dumps(message, protocol=4)
         return peer.send(_LENGTH.pack(len(body)) + body)
 

@@ -67,11 +67,15 @@ def test_full_cluster_restart_continues_the_same_log(local_stream) -> None:  # t
         f.publish(1, 5000)
     check_stream(stream, feeds)
     first = {p.name: p.read_bytes() for p in stream.merged_dir("rt-1").glob("log.*")}
+    term_before = max(n["term"] for n in stream.quick_status()["nodes"] if n["reachable"])
     for node in stream.node_names:
         stream.kill_node(node)
     for node in stream.node_names:
         stream.start_node(node)
     stream.wait_leader()
+    # raft's term survives the restart (saved with the vote): it never goes back
+    terms = [n["term"] for n in stream.quick_status()["nodes"] if n["reachable"]]
+    assert terms and min(terms) > term_before >= 1, (term_before, terms)
     for f in feeds:
         f.publish(5001, 10_000)
     check_stream(stream, feeds)

@@ -8,6 +8,7 @@ import zlib
 import pytest
 
 from rt_appliance.config.model import ArchiverConfig
+from rt_appliance.errors import RTError
 from rt_appliance.log.format import encode_batch
 from rt_appliance.position import Position
 from rt_appliance.sequencer.archiver import Disk, MergedFile, decide
@@ -23,6 +24,7 @@ from rt_appliance.sequencer.state import (
     chain_digest,
     decode_instruction,
 )
+from rt_appliance.sequencer.vote import Vote, VoteStore
 
 pytestmark = pytest.mark.unit
 
@@ -236,3 +238,20 @@ def test_a_node_rebuilds_the_committed_record_and_notices_damaged_input(dir_name
         damaged[where] ^= 0x01
         assert not _matches(_rebuild(ins, bytes(damaged), watermark), ins)
     assert not _matches(_rebuild(ins, data[:-1], watermark), ins)  # a torn last record
+
+
+def test_vote_store_keeps_term_and_vote_across_opens(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = VoteStore(tmp_path)
+    assert store.saved == Vote(0, None)  # a node that never voted
+    store.save(Vote(7, "127.0.0.2:7100"))
+    assert VoteStore(tmp_path).saved == Vote(7, "127.0.0.2:7100")
+    store.save(Vote(8, None))
+    assert VoteStore(tmp_path).load() == Vote(8, None)
+    assert not (tmp_path / "raft.vote.tmp").exists()
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"term": -1, "voted_for": null}', '{"term": 3}'])
+def test_an_unreadable_vote_file_stops_the_node_with_a_clear_error(tmp_path, text: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "raft.vote").write_text(text)
+    with pytest.raises(RTError, match=r"raft\.vote is unreadable.*move the file away"):
+        VoteStore(tmp_path)

@@ -718,12 +718,9 @@ def _wait_caught_up(b: _Bench, node: str, timeout_s: float) -> bool:
 
 def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -> dict[str, float]:
     """Publish-to-subscriber latency (ms) at ``opts.latency_rate`` msg/s in total."""
-    rate = max(1, opts.latency_rate // len(PUBLISHERS))
-    count = int(rate * opts.latency_seconds)
+    rate, count = _latency_traffic(opts)
     with _Bench(opts, work, progress) as b:
-        b.start()
-        skip = b.warm_up()
-        _settle(b)
+        skip = _started(b)
         sub = b.subscriber(expected=skip + count * len(PUBLISHERS), skip=skip, latency=True)
         pubs = b.publishers(count, rate=rate, single=True)
         b.wait_subscriber(sub, "latency", skip + count * len(PUBLISHERS))
@@ -746,12 +743,9 @@ def measure_stages(
 ) -> dict[str, dict[str, float]]:
     """Latency (ms) from publish to each stage of the stream at ``opts.latency_rate``:
     one follower process per stage, all reading at once."""
-    rate = max(1, opts.latency_rate // len(PUBLISHERS))
-    count = int(rate * opts.latency_seconds)
+    rate, count = _latency_traffic(opts)
     with _Bench(opts, work, progress) as b:
-        b.start()
-        skip = b.warm_up()
-        _settle(b)
+        skip = _started(b)
         leader = b.wait_leader()
         follower = next(n for n in b.stream.node_names if n != leader)
         host, topics = next(iter(PUBLISHERS.items()))
@@ -772,6 +766,20 @@ def measure_stages(
         for p in pubs:
             p.finish()
     return {key: {k: float(v) for k, v in got[key]["latency_ms"].items()} for key in got}
+
+
+def _latency_traffic(opts: ClusterBenchOptions) -> tuple[int, int]:
+    """(msg/s, messages) per publisher for the latency and stages runs."""
+    rate = max(1, opts.latency_rate // len(PUBLISHERS))
+    return rate, int(rate * opts.latency_seconds)
+
+
+def _started(b: _Bench) -> int:
+    """Start the stream, pass the warm-up messages and settle; returns how many."""
+    b.start()
+    skip = b.warm_up()
+    _settle(b)
+    return skip
 
 
 def _settle(b: _Bench) -> None:

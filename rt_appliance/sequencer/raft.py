@@ -157,9 +157,8 @@ class _SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         if not self.dirty:
             return
         resizable = self._FileJournal__journalFile
-        # fsync alone: on Linux it writes back pages dirtied through the shared mapping
-        # too (msync(MS_SYNC) is the same call), and unlike mmap.flush() it releases the
-        # GIL, so the process's other threads run while the disk works.
+        # fsync alone: on Linux it also writes back pages dirtied through the shared
+        # mapping (msync(MS_SYNC) comes down to the same), so one call does both.
         os.fsync(resizable._ResizableFile__f.fileno())
         self.dirty = False
         self.syncs += 1

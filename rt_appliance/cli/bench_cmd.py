@@ -489,14 +489,14 @@ What limits each figure:
   11-13 ms to the leader's merged log, 2-3 ms more to a follower's and 2 ms more to the
   subscriber's copy. At 5,000 msg/s the daemons need most of both cores (from 1,000
   msg/s up the sequencers take about a quarter of a core each and the leader's half a
-  core: about 100 merges a second, and their threads pass the interpreter lock
-  10,000-20,000 times a second), so every hop also waits for a CPU. Stage by stage at
+  core: about 100 merges a second, and 10,000-20,000 thread switches a second in each
+  sequencer), so every hop also waits for a CPU. Stage by stage at
   5,000 msg/s (`rt bench cluster --measure stages --runs 3`, load average 2.6-6,
   medians of p50/p99): 22/122 ms to a follower node's `in/`, 62/172 ms to the leader's
   merged log, 101/481 ms to a follower's and 136/540 ms to the subscriber's copy (four
   more reading processes than the latency runs). Followers apply a commit 10-15 ms
-  after the leader: each raft message is handled by pysyncobj's tick thread, which
-  waits for a CPU and for the interpreter lock around every journal sync;
+  after the leader: raft messages are handled one after another by pysyncobj's tick
+  thread, each after a journal sync, and the thread waits for a CPU between them;
 - **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 22-34
   MB in the runs so far, nearly all of it in the first 5-6 million messages and flat
   after that. That is under the 50 MB bound; a longer run would show whether it stays

@@ -460,12 +460,13 @@ What limits each figure:
   of CPU in all: sequencers 11-13 s (the three together), push servers 11-12 s, pull
   server 8 s, push clients 6 s, pull client 6 s; about 11 us per message. 500,000 msg/s
   at that cost needs about 5.5 cores, i.e. nodes on hosts of their own; on one 2-core
-  machine the target is out of reach. Most of what is left is per-record work in
-  Python: every record's CRC-32 is checked on the publisher host, on each push server
-  and on the subscriber host (about 0.4 us each), and TLS on every hop. The publishers
-  alone write 740,000-790,000 msg/s (second row). The sequencer now checks each input
-  record's CRC once per merge (on the leader, when it plans; it was four times there and
-  twice on followers) and waits for inotify on its event loop. Side by side with the
+  machine the target is out of reach. Checking a record's CRC-32 in Python costs
+  about 0.4 us, and each message is checked six times (publisher host, three push
+  servers, pull server, subscriber host): about 2.5 us; the rest is TLS on every hop,
+  copies and each daemon's work per chunk. The publishers alone write 740,000-790,000
+  msg/s (second row). The sequencer now checks each input record's CRC once per merge
+  (on the leader, when it plans; it was four times there and twice on followers) and
+  waits for inotify on its event loop. Side by side with the
   code before (fa9f577), alternating `rt bench cluster --runs 1 --measure throughput
   --measure merge --messages 1000000`: 166,000 and 169,000 msg/s end to end against
   128,000 and 125,000, with no leader election during the runs against 6 and 8 (CPU

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint bench docs clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)

@@ -112,6 +112,13 @@ class FileReader:
         """Up to ``nbytes`` raw bytes of the file from ``offset``."""
         return os.pread(self._fd, nbytes, offset)
 
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        """Like :meth:`pread`, from the bytes kept by the last block read when they cover it."""
+        start = offset - self._buf_at
+        if start >= 0 and start + nbytes <= len(self._buf):
+            return self._buf[start : start + nbytes]
+        return os.pread(self._fd, nbytes, offset)
+
     def read_block(
         self, limit: int = MAX_BATCH_MESSAGES, decode: bool = True, verify: bool = True
     ) -> Block | None:

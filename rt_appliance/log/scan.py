@@ -12,12 +12,19 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import Enum
+from types import ModuleType
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.log.format import KIND_MESSAGE, KIND_RANGE, RECORD_HEADER
+
+_native: ModuleType | None
+try:
+    import rt_appliance.log._walk as _native
+except ImportError:  # built without a C compiler: the Python walk below
+    _native = None
 
 __all__ = ["Scan", "Stop", "check_record", "scan"]
 
@@ -68,18 +75,6 @@ def _check_headers(
     flags = (heads["crc"] != np.array(crcs, dtype=np.uint32)) | (heads["kind_flags"] != 0)
     cut = int(flags.argmax()) if flags.any() else None
     return cut, heads["timestamp_ns"].tolist(), heads["id"].tolist()
-
-
-def _stop_after_walk(result: Scan, buf: bytes, off: int, limit: int) -> None:
-    """Why an unverified walk stopped at ``off`` (every record before it taken as valid)."""
-    if len(result.offsets) >= limit:
-        result.stop = Stop.LIMIT
-        return
-    kind, _, problem = check_record(buf, off)
-    if problem == "incomplete" or not problem:
-        result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.NEED_MORE
-    else:
-        result.stop, result.reason = Stop.BAD, problem
 
 
 class Stop(Enum):
@@ -136,53 +131,67 @@ def scan(
 ) -> Scan:
     """Scan up to ``limit`` message records of ``buf`` from ``start``.
 
-    With ``decode`` False only offsets are collected (verification, recovery);
-    with ``payloads`` False, timestamps and ids but no payload copies.
-    Written for speed: pass 1 walks the length fields only, the later passes are
-    list comprehensions over the offsets it found.
+    With ``verify`` False only record boundaries are walked (the caller checks
+    CRCs itself); with ``decode`` False only offsets are collected (verification,
+    recovery); with ``payloads`` False, timestamps and ids but no payload copies.
+    The walk is compiled (:mod:`rt_appliance.log._walk`) when the package was built
+    with it, and :func:`_walk_python` otherwise; both give the same results.
     """
-    result = Scan(start)
-    offsets = result.offsets
+    walk = _walk_python if _native is None else _native.walk
+    offsets, timestamps_ns, ids, end, failed = walk(
+        buf, start, limit, verify, decode, MAX_PAYLOAD_BYTES
+    )
+    result = Scan(start, offsets, stop_offset=end)
+    if failed or len(offsets) < limit:
+        kind, _, problem = check_record(buf, end)
+        if problem and problem != "incomplete":
+            result.stop, result.reason = Stop.BAD, problem
+        else:  # a valid range record stopped a checked walk; otherwise the buffer ended
+            result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.NEED_MORE
+    else:
+        result.stop = Stop.LIMIT
+    if decode and verify and timestamps_ns is not None and ids is not None:
+        result.timestamps_ns, result.ids = timestamps_ns, ids
+        if payloads:
+            ends = [*offsets[1:], end] if offsets else []
+            result.payloads = [
+                buf[o + _HEADER_BYTES : e] for o, e in zip(offsets, ends, strict=True)
+            ]
+    return result
+
+
+def _walk_python(
+    buf: bytes, start: int, limit: int, verify: bool, decode: bool, max_payload: int
+) -> tuple[list[int], list[int] | None, list[int] | None, int, bool]:
+    """The walk in Python: ``(offsets, timestamps_ns, ids, end, failed)`` as ``_walk.walk``.
+
+    Pass 1 walks the length fields only; pass 2 checks every record's CRC and
+    fixed fields and cuts at the first failure.
+    """
+    offsets: list[int] = []
     append, length_of = offsets.append, _LENGTH.unpack_from
     n, off, header_bytes = len(buf), start, _HEADER_BYTES
     last_start = n - header_bytes
-    # Pass 1: walk the length fields; the last step may overshoot the buffer.
-    for _ in range(limit):
+    for _ in range(limit):  # the last step may overshoot the buffer
         if off > last_start:
             break
+        length = length_of(buf, off)[0]
+        if length > max_payload:
+            break
         append(off)
-        off += header_bytes + length_of(buf, off)[0]
-    if off > n:  # the last record runs past the buffer (or has an absurd length)
+        off += header_bytes + length
+    if off > n and offsets:  # the last record runs past the buffer
         off = offsets.pop()
-    ends = offsets[1:]
-    if offsets:
-        ends.append(off)
-    # Pass 2: every record's CRC and fixed fields; cut at the first failure.
-    if not verify:  # record boundaries only: the caller checks CRCs itself (DirectorySource)
-        _stop_after_walk(result, buf, off, limit)
-        result.stop_offset = ends[-1] if ends else start
-        return result
+    if not verify or not offsets:
+        if verify and decode:
+            return offsets, [], [], off, False
+        return offsets, None, None, off, False
+    ends = [*offsets[1:], off]
     cut, timestamps_ns, ids = _check_headers(buf, offsets, ends)
+    failed = cut is not None
     if cut is not None:
-        del offsets[cut:], ends[cut:]
-        kind, _, problem = check_record(buf, ends[-1] if ends else start)
-        result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.BAD
-        result.reason = problem
-    elif len(offsets) >= limit:
-        result.stop = Stop.LIMIT
-    else:
-        kind, _, problem = check_record(buf, off)
-        if problem == "incomplete":
-            result.stop = Stop.NEED_MORE
-        elif problem:
-            result.stop, result.reason = Stop.BAD, problem
-        else:  # a valid record that pass 1 could not take whole: cannot happen
-            result.stop = Stop.RANGE if kind == KIND_RANGE else Stop.NEED_MORE
-    result.stop_offset = ends[-1] if ends else start
-    if decode:
-        result.timestamps_ns, result.ids = timestamps_ns[: len(offsets)], ids[: len(offsets)]
-        if payloads:
-            result.payloads = [
-                buf[o + header_bytes : e] for o, e in zip(offsets, ends, strict=True)
-            ]
-    return result
+        off = offsets[cut]
+        del offsets[cut:]
+    if not decode:
+        return offsets, None, None, off, failed
+    return offsets, timestamps_ns[: len(offsets)], ids[: len(offsets)], off, failed

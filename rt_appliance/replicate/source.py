@@ -8,6 +8,7 @@ byte-identical. Every record's CRC is checked before its bytes leave the host.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,12 +95,12 @@ class DirectorySource:
             start = offsets[0]
         count = len(offsets)
         if stop - start > self.max_bytes:  # keep whole records within the frame limit
-            cut = next((i for i, o in enumerate(offsets) if o - start > self.max_bytes), count)
+            cut = bisect.bisect_right(offsets, start + self.max_bytes)  # first record past it
             count = max(1, cut - 1)
             stop = offsets[count] if count < len(offsets) else stop
             reader.offset = stop  # the rest is read again next time
         base = self._cursor.file_base
-        data = reader.pread(stop - start, start)
+        data = reader.read_at(stop - start, start)
         return Chunk(Position(base | start), data, Position(base | stop), count)
 
     def _check(self, chunk: Chunk, first_record: int) -> bool:

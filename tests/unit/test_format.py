@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from rt_appliance.errors import RecordTooLargeError
 from rt_appliance.limits import MAX_HOST_BYTES, MAX_TOPIC_BYTES
+from rt_appliance.log import scan as scan_module
 from rt_appliance.log.format import (
     FILE_KIND_MERGED,
     FILE_KIND_PUBLISHER,
@@ -31,6 +33,18 @@ from rt_appliance.log.format import (
 from rt_appliance.log.scan import Stop, check_record, scan
 
 pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module", autouse=True, params=["compiled", "python"])
+def walk_implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test here runs with the compiled record walk and with the Python one."""
+    if request.param == "compiled" and scan_module._native is None:
+        pytest.skip("the package was built without the compiled walk (no C compiler)")
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "python":
+            mp.setattr(scan_module, "_native", None)
+        yield request.param
+
 
 i64 = st.integers(-(2**63), 2**63 - 1)
 payload = st.binary(max_size=300)

@@ -17,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from rt_appliance.errors import LogError, LogLockedError
 from rt_appliance.limits import MAX_SESSION
@@ -27,6 +30,7 @@ from rt_appliance.log.naming import file_name, parse_file_name
 __all__ = [
     "TEMPORARY_SUFFIX",
     "DirectoryLock",
+    "ListingCache",
     "StreamFile",
     "bytes_after",
     "fsync_dir",
@@ -69,6 +73,41 @@ def list_files(directory: Path) -> list[StreamFile]:
             files.append(StreamFile(key[0], key[1], directory / name))
     files.sort()
     return files
+
+
+T = TypeVar("T")
+
+# A directory's mtime is as coarse as the kernel's clock tick: an entry created in the
+# same tick as a listing leaves it unchanged. A listing is trusted only once the mtime
+# it was taken at is older than this.
+_RACY_NS = 100_000_000
+
+
+class ListingCache(Generic[T]):
+    """``read(directory)``, read again only when the directory's entries may have changed.
+
+    One ``stat`` of the directory replaces listing and parsing it: a new, renamed or
+    deleted entry changes the directory's mtime. The result is shared: do not change it.
+    """
+
+    def __init__(self, directory: Path, read: Callable[[Path], T]) -> None:
+        self.directory, self._read = directory, read
+        self._key: tuple[int, int] | None = None  # (inode, mtime_ns) of the trusted listing
+        self._value: T | None = None
+
+    def get(self) -> T:
+        try:
+            st = os.stat(self.directory)
+        except FileNotFoundError:
+            self._key = None
+            return self._read(self.directory)
+        key = (st.st_ino, st.st_mtime_ns)
+        if key == self._key and self._value is not None:
+            return self._value
+        value = self._read(self.directory)
+        settled = time.time_ns() - st.st_mtime_ns > _RACY_NS
+        self._key, self._value = (key if settled else None), value
+        return value
 
 
 def temporary_files(directory: Path) -> list[Path]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from rt_appliance.log.format import RECORD_HEADER, decode_file_header
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import Stop, scan
-from rt_appliance.log.segments import StreamFile, list_files
+from rt_appliance.log.segments import ListingCache, StreamFile, list_files
 from rt_appliance.position import Position
 
 __all__ = ["InputDir", "Inputs", "Records", "filter_records"]
@@ -61,11 +61,12 @@ class InputDir:
 
     def __init__(self, path: Path, sync: bool) -> None:
         self.path, self.name, self._sync = path, path.name, sync
+        self._listing = ListingCache(path, list_files)
         self._scanned: tuple[tuple[int, int], int] | None = None  # (file key, valid end)
         self._synced: tuple[tuple[int, int], int] | None = None
 
     def files(self) -> list[StreamFile]:
-        return list_files(self.path)
+        return self._listing.get()
 
     def extent(self) -> Position:
         """How far this node durably holds this input (0: nothing yet)."""
@@ -208,6 +209,7 @@ class Inputs:
     def __init__(self, in_dir: Path, sync: bool) -> None:
         self.in_dir, self._sync = in_dir, sync
         self._dirs: dict[str, InputDir] = {}
+        self._listing = ListingCache(in_dir, _input_names)
 
     def get(self, name: str) -> InputDir:
         d = self._dirs.get(name)
@@ -216,14 +218,17 @@ class Inputs:
         return d
 
     def names(self) -> list[str]:
-        try:
-            found = [n for n in os.listdir(self.in_dir) if parse_publisher_dir(n) is not None]
-        except FileNotFoundError:
-            found = []
-        return sorted(set(found) | set(self._dirs))
+        return sorted(self._listing.get().union(self._dirs))
 
     def extents(self) -> dict[str, int]:
         return {name: int(self.get(name).extent()) for name in self.names()}
+
+
+def _input_names(in_dir: Path) -> frozenset[str]:
+    try:
+        return frozenset(n for n in os.listdir(in_dir) if parse_publisher_dir(n) is not None)
+    except FileNotFoundError:
+        return frozenset()
 
 
 def _header_bytes(path: Path) -> int | None:

@@ -64,9 +64,16 @@ class PushClient:
         for d in self.dirs:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         slots = [asyncio.create_task(self._slot(node, stop)) for node in self.config.nodes]
+        stopped = asyncio.create_task(stop.wait())
         try:
-            await stop.wait()
+            # A slot ends only on a bug: stop the daemon with it (a supervisor restarts it)
+            # rather than keep running without replicating to that node.
+            done, _ = await asyncio.wait([stopped, *slots], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopped:
+                    task.result()  # raises what ended the slot
         finally:
+            stopped.cancel()
             for task in slots:
                 task.cancel()
             await asyncio.gather(*slots, return_exceptions=True)

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
+from rt_appliance.errors import RTError
 from rt_appliance.log.segments import bytes_after
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
@@ -231,6 +232,8 @@ class Sequencer:
         path = sequencer_file(self.config, self.config.node(self.name))
         next_gauges = next_heartbeat = 0.0
         while True:
+            if self.merger.failure is not None:  # the merger thread is gone: stop for a restart
+                raise RTError(f"sequencer {self.name}: {self.merger.halted}")
             status = self.raft.status()
             m = self.metrics
             m.is_leader.set(1 if status.role == "leader" else 0)

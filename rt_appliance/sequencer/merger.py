@@ -100,6 +100,7 @@ class Merger:
         self.stream = config.stream
         self.digest: str | None = ZERO_DIGEST if merged.seq == 0 else None
         self.halted = ""  # why merging is stuck, "" when it is not
+        self.failure: BaseException | None = None  # what stopped the thread, if anything did
         self.fetched_inputs = 0
         self.copied_records = 0
         self.mismatches = 0
@@ -127,6 +128,16 @@ class Merger:
     # -- the loop -----------------------------------------------------------------
 
     def _run(self) -> None:
+        """The thread: merge until stopped. An error no retry can mend (a failed fsync of
+        the merged log, a bug) ends it; :attr:`failure` says why and the daemon stops."""
+        try:
+            self._merge_until_stopped()
+        except BaseException as exc:
+            self.failure = exc
+            self.halted = f"merger stopped: {exc!r}"
+            log.critical("merger: stopped by an unexpected error", exc_info=True)
+
+    def _merge_until_stopped(self) -> None:
         while not self._stop.is_set():
             with self.machine.cond:
                 if not self.machine.pending and self.machine.state.seq <= self.merged.seq:

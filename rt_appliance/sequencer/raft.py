@@ -60,6 +60,7 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import Transport
 
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
+from rt_appliance.errors import RTError
 from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
 from rt_appliance.sequencer.vote import Vote, VoteStore
 from rt_appliance.transport.tls import client_context, peer_name, server_context
@@ -227,10 +228,14 @@ class _Peer:
         while not self.stopping:
             try:
                 sock = self._connect()
-            except (OSError, ssl.SSLError, ValueError) as exc:
+            except (OSError, ssl.SSLError, ValueError, RTError) as exc:
                 log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+                continue
+            except Exception:  # a bug: keep the link (raft needs it) and say so loudly
+                log.exception("raft: unexpected error connecting to %s; retrying", self.name)
+                time.sleep(1.0)
                 continue
             backoff = 0.05
             self.queue.clear()
@@ -242,6 +247,8 @@ class _Peer:
                 self._pump(sock)
             except (OSError, ssl.SSLError) as exc:
                 log.info("raft: connection to %s lost: %s", self.name, exc)
+            except Exception:  # a bug: drop this connection, make a new one
+                log.exception("raft: unexpected error sending to %s; reconnecting", self.name)
             finally:
                 self.connected = False
                 sock.close()
@@ -249,13 +256,20 @@ class _Peer:
 
     def _connect(self) -> ssl.SSLSocket:
         raw = socket.create_connection(self.address, timeout=_CONNECT_TIMEOUT_S)
-        _tune(raw)
-        sock = self.transport.client_ctx.wrap_socket(raw, server_hostname=None)
-        name = peer_name(sock)
-        if name != self.name:
+        try:
+            _tune(raw)
+            sock = self.transport.client_ctx.wrap_socket(raw, server_hostname=None)
+        except BaseException:
+            raw.close()
+            raise
+        try:
+            name = peer_name(sock)
+            if name != self.name:
+                raise ValueError(f"{self.address} presented {name!r}, expected {self.name!r}")
+            sock.settimeout(self.transport.timeout_s)
+        except BaseException:
             sock.close()
-            raise ValueError(f"{self.address} presented {name!r}, expected {self.name!r}")
-        sock.settimeout(self.transport.timeout_s)
+            raise
         return sock
 
     def _pump(self, sock: ssl.SSLSocket) -> None:
@@ -402,11 +416,21 @@ class TlsTransport(Transport):  # type: ignore[misc]
         while not self._closing:
             try:
                 raw, addr = self._server.accept()
-            except OSError:
-                return
-            threading.Thread(
-                target=self._serve, args=(raw, addr), name=f"raft-from-{addr[0]}", daemon=True
-            ).start()
+            except OSError as exc:
+                if self._closing:
+                    return
+                # Out of descriptors, an aborted connection: this node must keep hearing
+                # its peers, so the listener carries on.
+                log.warning("raft: accepting a connection failed: %s", exc)
+                time.sleep(0.1)
+                continue
+            try:
+                threading.Thread(
+                    target=self._serve, args=(raw, addr), name=f"raft-from-{addr[0]}", daemon=True
+                ).start()
+            except RuntimeError as exc:  # no thread to be had: refuse this one connection
+                log.warning("raft: cannot serve %s: %s", addr[0], exc)
+                raw.close()
 
     def _serve(self, raw: socket.socket, addr: tuple[str, int]) -> None:
         raw.settimeout(_CONNECT_TIMEOUT_S)
@@ -418,7 +442,11 @@ class TlsTransport(Transport):  # type: ignore[misc]
             raw.close()
             return
         with sock:
-            name = peer_name(sock)
+            try:
+                name = peer_name(sock)
+            except RTError as exc:
+                self.link.refused("identity", f"{addr[0]}: {exc}")
+                return
             node = self.link.node_named(name)
             if node is None:
                 self.link.refused("identity", f"{addr[0]} presented {name!r}, not a peer node")

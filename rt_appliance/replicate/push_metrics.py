@@ -41,6 +41,13 @@ class PushMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.refused_chunks = Counter(
+            f"{prefix}_refused_chunks",
+            "Chunks received and not written: disk_full, corrupt (a bad record, or the "
+            "replica's own data), error (any other write failure)",
+            ["dir", "reason"],
+            registry=self.registry,
+        )
         self.deleted_files = Counter(
             f"{prefix}_deleted_files",
             "Publisher files deleted after every node acknowledged them",

@@ -17,7 +17,7 @@ import ssl
 from pathlib import Path
 
 from rt_appliance.config.model import HostRole, StreamConfig
-from rt_appliance.errors import PeerRejectedError, RTError
+from rt_appliance.errors import CorruptLogError, LogFullError, PeerRejectedError, RTError
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
 from rt_appliance.replicate.push_metrics import PushMetrics
@@ -185,6 +185,14 @@ class PushServer:
         try:
             self._replicas[data.dir].append(data.position, data.payload, sync=False)
         except RTError as exc:
+            reason = (
+                "disk_full"
+                if isinstance(exc, LogFullError)
+                else "corrupt"
+                if isinstance(exc, CorruptLogError)
+                else "error"
+            )
+            self.metrics.refused_chunks.labels(dir=data.dir, reason=reason).inc()
             await conn.error(
                 f"{self.node.name} refused data for {data.dir}: {exc}", retryable=False
             )

@@ -406,9 +406,16 @@ uses a fresh directory; figures are medians. What limits each figure:
   same machine, so little is left to gain in Python;
 - batch publish pays one `write` per batch; its cost is encoding (one CRC-32 per record);
 - fsync=batch adds one `fdatasync` per 1,000-message batch, so it follows the disk;
-- subscribe, verify and recovery walk the length fields in Python, gather the fixed
-  header fields of a whole buffer at once with numpy and check every record's CRC-32;
-  subscribe also copies each payload out;
+- subscribe, verify and recovery walk the records with the compiled walk
+  (`rt_appliance/log/_walk.c`: lengths, fixed fields and every record's CRC-32 in one
+  pass); subscribe also makes a Python object of each payload, timestamp and id, which
+  is now most of its cost. Side by side with the Python walk (3d52760), two alternating
+  pairs of `rt bench log --runs 3 --memory-gb 0`: subscribe 3.2 and 2.3 million msg/s
+  against 1.7 and 1.65 million, verify 5.8 and 4.9 million records/s against 2.1 and
+  2.2 million, recovery 6.2 and 5.3 million against 2.1 and 2.2 million. Publishing
+  does not use the walk: single-call publish measured 368,000 and 354,000 msg/s against
+  376,000 and 388,000 in the same pairs, so its miss of the target in the table is this
+  machine's state on the day, not a change;
 - memory: the publisher keeps nothing per message; the subscriber keeps one 4 MiB read
   buffer and one batch.
 """
@@ -455,60 +462,63 @@ that stalled are listed at the end and left out. Memory is one run.
 For comparison, measured on this machine before: the best peer end to end was a
 single-node RabbitMQ stream with its Python client at about 170,000 msg/s; a NATS
 JetStream stream replicated by raft over 3 nodes (R3) reached about 21,000 msg/s with a
-p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves about 155,000-165,000
-msg/s end to end: 7 to 8 times the replicated JetStream stream and nine tenths of the
+p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves about 210,000-245,000
+msg/s end to end: ten times the replicated JetStream stream and more than the
 single-node RabbitMQ stream. Its latency is far worse than JetStream's (p99 of hundreds
 of milliseconds against 7.4 ms).
 
 What limits each figure:
 
-- **throughput** is CPU-bound. A full-speed run of 4 million messages costs about 43 s
-  of CPU in all: sequencers 11-13 s (the three together), push servers 11-12 s, pull
-  server 8 s, push clients 6 s, pull client 6 s; about 11 us per message. 500,000 msg/s
-  at that cost needs about 5.5 cores, i.e. nodes on hosts of their own; on one 2-core
-  machine the target is out of reach. Checking a record's CRC-32 in Python costs
-  about 0.4 us, and each message is checked six times (publisher host, three push
-  servers, pull server, subscriber host): about 2.5 us; the rest is TLS on every hop,
-  copies and each daemon's work per chunk. The publishers alone write 740,000-790,000
-  msg/s (second row). The sequencer now checks each input record's CRC once per merge
-  (on the leader, when it plans; it was four times there and twice on followers) and
-  waits for inotify on its event loop. Side by side with the
-  code before (fa9f577), alternating `rt bench cluster --runs 1 --measure throughput
-  --measure merge --messages 1000000`: 166,000 and 169,000 msg/s end to end against
-  128,000 and 125,000, with no leader election during the runs against 6 and 8 (CPU
-  starvation had cost the sequencers their heartbeats);
+- **throughput** is CPU-bound. A full-speed run of 4 million messages costs about 29 s
+  of CPU in all (the throughput lines of the run log): sequencers 10-11 s (the three
+  together), push servers 9-10 s, push clients 3.3 s, pull client 3.3-3.5 s, pull
+  server 2 s; about 7 us per message. 500,000 msg/s at that cost needs about 3.5 cores,
+  i.e. nodes on hosts of their own; on one 2-core machine the target is out of reach.
+  The per-record loop every daemon runs (walking record boundaries and checking each
+  record's CRC-32) is compiled (`rt_appliance/log/_walk.c`): in Python it cost about
+  0.4 us a record, and each message is checked six times (publisher host, three push
+  servers, pull server, subscriber host). Side by side with the code before it
+  (3d52760), three alternating pairs of `rt bench cluster --runs 1 --measure
+  throughput --measure merge --messages 1000000` (load average 4-9): 301,000, 223,000
+  and 270,000 msg/s end to end against 149,000, 156,000 and 136,000, and merge rates
+  of 1.42, 1.25 and 1.34 million msg/s against 873,000, 694,000 and 721,000. The
+  publishers alone write
+  540,000-690,000 msg/s (second row);
 - **sequencer-only merge**: with the input already on every node, three sequencers on
-  two cores merge 700,000-840,000 msg/s, five times the end-to-end rate, so merging is
-  not what limits the end-to-end figure. Side by side as above: 812,000 and 891,000
-  msg/s against 415,000 and 396,000 before;
+  two cores merge 750,000-870,000 msg/s, nearly four times the end-to-end rate, so
+  merging is not what limits the end-to-end figure;
 - **failover** is a raft election: another node stands after an election timeout
   (`sequencer.raft_min_timeout_ms` 400 to `raft_max_timeout_ms` 1000 after the last
   heartbeat), wins the vote, and commits and writes its first merge, usually within
-  0.1 s of being elected. Single kills ranged from 0.5 to 2.1 s (15 kills), so a few
+  0.1 s of being elected. Single kills ranged from 0.48 to 2.11 s (15 kills), so a few
   failovers take longer than 2 s although the median meets the target;
-- **latency** is two orders of magnitude above the target. A message passes five
-  processes and a raft round: the push server writes it into the node's `in/`, each
-  node's sequencer sees the change (inotify) and followers report how far they hold
-  each input, the leader proposes a range once a majority holds it, every node syncs its
-  raft journal before it answers, followers learn the commit from the next append,
-  every node builds and writes the range record, and the subscriber host copies a
-  follower's merged log. On an idle stream (one message every 50 ms, a follower
-  process on each stage's directory) that takes 15-18 ms: 2-3 ms to a node's `in/`,
-  11-13 ms to the leader's merged log, 2-3 ms more to a follower's and 2 ms more to the
-  subscriber's copy. At 5,000 msg/s the daemons need most of both cores (from 1,000
-  msg/s up the sequencers take about a quarter of a core each and the leader's half a
-  core: about 100 merges a second, and 10,000-20,000 thread switches a second in each
-  sequencer), so every hop also waits for a CPU. Stage by stage at
-  5,000 msg/s (`rt bench cluster --measure stages --runs 3`, load average 2.6-6,
-  medians of p50/p99): 22/122 ms to a follower node's `in/`, 62/172 ms to the leader's
-  merged log, 101/481 ms to a follower's and 136/540 ms to the subscriber's copy (four
-  more reading processes than the latency runs). Followers apply a commit 10-15 ms
-  after the leader: raft messages are handled one after another by pysyncobj's tick
-  thread, each after a journal sync, and the thread waits for a CPU between them;
+- **latency** is far above the target, and this design cannot reach 1 ms on this
+  machine. A message passes five processes and a raft round: the push server writes it
+  into the node's `in/`; each node's sequencer sees the change (inotify), syncs its
+  copy and (followers) reports how far it holds each input; the leader proposes a range
+  once a majority holds it and syncs its raft journal; each follower syncs its journal
+  before it answers; followers learn the commit from the next append; every node builds
+  and writes the range record, and the subscriber host copies a follower's merged log.
+  That is at least three syncs one after another (a node's input, the leader's journal,
+  a follower's journal), each 0.2-0.3 ms on this disk (p50 of `fdatasync` after a small
+  append), and six process hops. On an idle stream (one message every 50 ms) the whole
+  path takes 15-20 ms; timestamps in each sequencer's log gave, as medians: 1.7 ms to a
+  node's `in/`, 2.3 ms from the change to a follower's report leaving (its sync
+  included), 1.3 ms from the report to the proposal (the leader's own sync and reading
+  the input), 2.6 ms from the proposal to the leader applying it (two journal syncs and
+  four thread hand-offs), 0.2 ms to the leader's merged log, 2.2 ms more until a
+  follower applies it and 0.5 ms until it is written there, 2-3 ms to the subscriber's
+  copy. At 5,000 msg/s the daemons need most of both cores (from 1,000 msg/s up the
+  sequencers take about a quarter of a core each and the leader's half a core: each
+  cycle of watching, reporting, proposing and applying runs as often as the CPU allows
+  and carries whatever arrived meanwhile), so every hop also waits for a CPU. Stage by
+  stage at 5,000 msg/s (`--measure stages`, table): 14 ms p50 to a follower node's
+  `in/`, 40 ms to the leader's merged log, 73 ms to a follower's and 113 ms to the
+  subscriber's copy (four more reading processes than the latency runs);
 - **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 22-34
   MB in the runs so far, nearly all of it in the first 5-6 million messages and flat
-  after that. That is under the 50 MB bound; a longer run would show whether it stays
-  level.
+  after that. That is under the 50 MB bound. The stream now keeps up with the memory
+  run's 50,000 msg/s (49,968 msg/s end to end; 29,280 before the compiled walk).
 
 Problems this benchmark found, and where they were fixed:
 

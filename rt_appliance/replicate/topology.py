@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -39,6 +40,8 @@ __all__ = [
     "replica_dir",
     "topology",
 ]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -194,6 +197,7 @@ class DirectoryChanges:
         self._event = asyncio.Event()
         self._watcher = AsyncDirectoryWatcher(directory)
         self._task = asyncio.create_task(self._run())
+        self._task.add_done_callback(_watch_ended)
 
     async def _run(self) -> None:
         while True:
@@ -213,6 +217,16 @@ class DirectoryChanges:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._watcher.close()
+
+
+def _watch_ended(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.critical(
+            "the watch of the served directory stopped (%r); connections fall back to "
+            "polling every %.1f s",
+            task.exception(),
+            FOLLOW_POLL_S,
+        )
 
 
 def oldest_position(directory: Path) -> Position | None:

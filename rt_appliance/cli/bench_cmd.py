@@ -470,8 +470,8 @@ of milliseconds against 7.4 ms).
 What limits each figure:
 
 - **throughput** is CPU-bound. A full-speed run of 4 million messages costs about 29 s
-  of CPU in all (the throughput lines of the run log): sequencers 10-11 s (the three
-  together), push servers 9-10 s, push clients 3.3 s, pull client 3.3-3.5 s, pull
+  of CPU in all (the throughput lines of the run log): sequencers 9.7-11 s (the three
+  together), push servers 8.6-10 s, push clients 3.3 s, pull client 3.3-3.5 s, pull
   server 2 s; about 7 us per message. 500,000 msg/s at that cost needs about 3.5 cores,
   i.e. nodes on hosts of their own; on one 2-core machine the target is out of reach.
   The per-record loop every daemon runs (walking record boundaries and checking each
@@ -503,13 +503,14 @@ What limits each figure:
   a follower's journal), each 0.2-0.3 ms on this disk (p50 of `fdatasync` after a small
   append), and six process hops. On an idle stream (one message every 50 ms) the whole
   path takes 15-20 ms; timestamps in each sequencer's log gave, as medians: 1.7 ms to a
-  node's `in/`, 2.3 ms from the change to a follower's report leaving (its sync
-  included), 1.3 ms from the report to the proposal (the leader's own sync and reading
-  the input), 2.6 ms from the proposal to the leader applying it (two journal syncs and
-  four thread hand-offs), 0.2 ms to the leader's merged log, 2.2 ms more until a
-  follower applies it and 0.5 ms until it is written there, 2-3 ms to the subscriber's
-  copy. At 5,000 msg/s the daemons need most of both cores (from 1,000 msg/s up the
-  sequencers take about a quarter of a core each and the leader's half a core: each
+  node's `in/`, 3.1 ms from the change to a follower's report leaving (its sync
+  included), 1.3 ms from the leader's planning step to its proposal (the leader's own
+  sync and reading the input), 3.6 ms from the proposal to the leader applying it (two
+  journal syncs and four thread hand-offs), 1.0 ms to the leader's merged log, 2.2 ms
+  from the leader's apply until a follower applies it and 0.5 ms until it is written
+  there, and 0.5 ms more to the subscriber's copy. At 5,000 msg/s the daemons need most
+  of both cores (from 1,000 msg/s up the sequencers take about a quarter of a core
+  each and the leader's half a core: each
   cycle of watching, reporting, proposing and applying runs as often as the CPU allows
   and carries whatever arrived meanwhile), so every hop also waits for a CPU. Stage by
   stage at 5,000 msg/s (`--measure stages`, table): 14 ms p50 to a follower node's

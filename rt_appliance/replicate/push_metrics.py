@@ -43,8 +43,9 @@ class PushMetrics:
         )
         self.refused_chunks = Counter(
             f"{prefix}_refused_chunks",
-            "Chunks received and not written: disk_full, corrupt (a bad record, or the "
-            "replica's own data), error (any other write failure)",
+            "Chunks received and not kept: disk_full, corrupt (a bad record, or the "
+            "replica's own data), error (any other write failure), sync_failed (cut back "
+            "to the last good sync)",
             ["dir", "reason"],
             registry=self.registry,
         )

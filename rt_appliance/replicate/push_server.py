@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import ssl
+from functools import partial
 from pathlib import Path
 
 from rt_appliance.config.model import HostRole, StreamConfig
@@ -100,6 +101,7 @@ class PushServer:
         pending: dict[str, ReplicaDir] = {}  # written, not yet synced and acked
         wake = asyncio.Event()
         acker = asyncio.create_task(self._ack_loop(conn, pending, wake))
+        acker.add_done_callback(partial(_abort_on_failure, conn))
         try:
             while not acker.done():
                 frame_type, body = await conn.receive()
@@ -117,6 +119,10 @@ class PushServer:
                     await conn.error(f"unexpected frame type {frame_type}", retryable=False)
                     return
             acker.result()
+        except RTError:
+            if acker.done() and not acker.cancelled() and acker.exception() is not None:
+                acker.result()  # why the connection ended: the acker's error, not the abort
+            raise
         finally:
             acker.cancel()
             await asyncio.gather(acker, return_exceptions=True)
@@ -145,8 +151,12 @@ class PushServer:
                 try:
                     if durable:
                         await asyncio.to_thread(os.fdatasync, fd)
+                except OSError as exc:
+                    self.metrics.refused_chunks.labels(dir=name, reason="sync_failed").inc()
+                    replica.cut_unsynced(exc)  # raises: the connection ends, nothing acked
                 finally:
                     os.close(fd)
+                replica.mark_synced(end)
                 self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
                 await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
             last_sync = loop.time()
@@ -199,6 +209,12 @@ class PushServer:
             raise
         self.metrics.bytes.labels(node=self.node.name, dir=data.dir).inc(len(data.payload))
         return data.dir
+
+
+def _abort_on_failure(conn: Connection, acker: asyncio.Task[None]) -> None:
+    """An acker that failed ends its connection at once, not at the client's next frame."""
+    if not acker.cancelled() and acker.exception() is not None:
+        conn.abort()
 
 
 def _reason(exc: PeerRejectedError) -> str:

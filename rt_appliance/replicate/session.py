@@ -85,6 +85,10 @@ class Connection:
                 self.send(FrameType.ERROR, {"message": message, "retryable": retryable}), 1.0
             )
 
+    def abort(self) -> None:
+        """Drop the connection now (a pending receive fails); no goodbye is sent."""
+        self.writer.transport.abort()
+
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):

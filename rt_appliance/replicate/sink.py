@@ -5,7 +5,9 @@ subscriber host's copy of the merged log) both write through :class:`ReplicaDir`
 It accepts a chunk only if it starts exactly where the copy ends (or starts the
 next file with a matching header) and holds whole, CRC-valid records; anything
 else is refused with the reason and nothing is written. Order of operations:
-check, write, fsync (per policy), then report the new end, which the caller acks.
+check, write, fsync (per policy), then report the new end, which the caller acks. A
+sync that fails cuts the copy back to the end of the last good one: the bytes after
+it may be lost on disk whatever the page cache shows, so the sender resends them.
 
 On open, the last file's torn tail is cut (a crash mid-write) and the end of the
 valid data is where the sender must resume. A copy whose last file is corrupt
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 from rt_appliance.errors import CorruptLogError, LogError
 from rt_appliance.limits import MAX_BATCH_MESSAGES
@@ -47,8 +50,11 @@ class ReplicaDir:
                 self.end = Position.of(last.session, last.roll, valid)
                 self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
                 self._path = last.path
+                if fsync:  # what a crashed writer left may be in the page cache only
+                    os.fdatasync(self._fd)
             else:
                 self.end = Position.ZERO
+            self.synced = self.end  # the end the last successful sync covered
         except BaseException:
             self._lock.release()
             raise
@@ -77,14 +83,34 @@ class ReplicaDir:
             self._create(position, data[:header_bytes])
         size = self.end.offset
         write_all(self._fd, memoryview(data)[header_bytes:], self._path, size)
+        self.end = Position(self.end + len(data) - header_bytes)
         if self.fsync if sync is None else sync:
             try:
                 os.fdatasync(self._fd)
-            except OSError as exc:  # the bytes may not be durable: cut them, the sender resends
-                os.ftruncate(self._fd, size)
-                raise LogError(f"{self._path}: sync failed: {exc.strerror}") from exc
-        self.end = Position(self.end + len(data) - header_bytes)
+            except OSError as exc:
+                self.cut_unsynced(exc)
+            self.synced = self.end
         return self.end
+
+    def mark_synced(self, end: Position) -> None:
+        """A sync through :meth:`sync_handle` succeeded: everything up to ``end`` is durable."""
+        if end.file_key == self.synced.file_key and end.offset > self.synced.offset:
+            self.synced = end
+
+    def cut_unsynced(self, exc: OSError) -> NoReturn:
+        """A sync failed: the bytes written since the last good sync may not be on disk
+        whatever the page cache shows (a later sync would not write them again). Cut them
+        off, so the sender sends them again, and raise :class:`LogError` saying so."""
+        cut = ""
+        if self._fd >= 0 and self.end.file_key == self.synced.file_key:
+            try:
+                os.ftruncate(self._fd, self.synced.offset)
+                os.fdatasync(self._fd)
+                self.end = self.synced
+                cut = f"; cut back to {self.synced!r}, the sender resends the rest"
+            except OSError as again:
+                cut = f"; cutting back to {self.synced!r} failed too ({again.strerror})"
+        raise LogError(f"{self._path}: sync failed ({exc.strerror}){cut}") from exc
 
     def sync_handle(self) -> tuple[int, Position]:
         """A duplicate descriptor of the current file and the end it holds, to sync elsewhere.
@@ -116,13 +142,17 @@ class ReplicaDir:
     def _create(self, position: Position, header: bytes) -> None:
         if self._fd >= 0:
             if self.fsync:
-                os.fdatasync(self._fd)
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    self.cut_unsynced(exc)
             os.close(self._fd)
             self._fd = -1
         self._fd, self._path = create_stream_file(
             self.directory, position.session, position.roll, header
         )
         self.end = Position.of(position.session, position.roll, len(header))
+        self.synced = self.end  # the header is synced when the file is made
 
     def close(self) -> None:
         if self._fd >= 0:

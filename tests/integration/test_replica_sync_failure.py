@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,44 +34,44 @@ class _FailOnce:
         self.real(fd)
 
 
-def test_a_failed_grouped_sync_cuts_back_to_the_last_good_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    replica = ReplicaDir(tmp_path / "trades.pub-1")
-    path = tmp_path / "trades.pub-1" / "log.1.0"
+@pytest.fixture
+def replica(tmp_path: Path) -> Iterator[ReplicaDir]:
+    opened = ReplicaDir(tmp_path / "trades.pub-1")
     try:
-        first_end = replica.append(Position.of(1, 0, 0), HEADER + FIRST, sync=False)
-        replica.mark_synced(first_end)  # as the push server does after its sync
-        second_end = replica.append(first_end, SECOND, sync=False)
-        assert path.stat().st_size == second_end.offset
-        with pytest.raises(LogError, match=r"sync failed .*cut back to"):
-            replica.cut_unsynced(OSError(errno.EIO, "Input/output error"))
-        assert replica.end == first_end
-        assert path.read_bytes() == HEADER + FIRST
-        # The sender resends from the replica's end; the copy is whole again.
-        replica.append(replica.end, SECOND, sync=False)
-        assert path.read_bytes() == HEADER + FIRST + SECOND
+        yield opened
     finally:
-        replica.close()
+        opened.close()
+
+
+def test_a_failed_grouped_sync_cuts_back_to_the_last_good_one(replica: ReplicaDir) -> None:
+    path = replica.directory / "log.1.0"
+    first_end = replica.append(Position.of(1, 0, 0), HEADER + FIRST, sync=False)
+    replica.mark_synced(first_end)  # as the push server does after its sync
+    second_end = replica.append(first_end, SECOND, sync=False)
+    assert path.stat().st_size == second_end.offset
+    with pytest.raises(LogError, match=r"sync failed .*cut back to"):
+        replica.cut_unsynced(OSError(errno.EIO, "Input/output error"))
+    assert replica.end == first_end
+    assert path.read_bytes() == HEADER + FIRST
+    # The sender resends from the replica's end; the copy is whole again.
+    replica.append(replica.end, SECOND, sync=False)
+    assert path.read_bytes() == HEADER + FIRST + SECOND
 
 
 def test_a_failed_sync_in_append_keeps_only_what_was_synced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    replica: ReplicaDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    replica = ReplicaDir(tmp_path / "trades.pub-1")
-    path = tmp_path / "trades.pub-1" / "log.1.0"
-    try:
-        first_end = replica.append(Position.of(1, 0, 0), HEADER + FIRST)  # synced
-        assert replica.synced == first_end
-        with monkeypatch.context() as m:
-            m.setattr(os, "fdatasync", _FailOnce())
-            with pytest.raises(LogError, match=r"sync failed .*cut back to"):
-                replica.append(first_end, SECOND)
-        assert replica.end == first_end
-        assert path.read_bytes() == HEADER + FIRST
-    finally:
-        replica.close()
-    reopened = ReplicaDir(tmp_path / "trades.pub-1")  # and a restart sees the same
+    path = replica.directory / "log.1.0"
+    first_end = replica.append(Position.of(1, 0, 0), HEADER + FIRST)  # synced
+    assert replica.synced == first_end
+    with monkeypatch.context() as m:
+        m.setattr(os, "fdatasync", _FailOnce())
+        with pytest.raises(LogError, match=r"sync failed .*cut back to"):
+            replica.append(first_end, SECOND)
+    assert replica.end == first_end
+    assert path.read_bytes() == HEADER + FIRST
+    replica.close()
+    reopened = ReplicaDir(replica.directory)  # and a restart sees the same
     try:
         assert reopened.end == first_end
     finally:

@@ -88,25 +88,27 @@ class ListingCache(Generic[T]):
 
     One ``stat`` of the directory replaces listing and parsing it: a new, renamed or
     deleted entry changes the directory's mtime. The result is shared: do not change it.
+    Safe to call from several threads: the key and its listing are kept as one tuple.
     """
 
     def __init__(self, directory: Path, read: Callable[[Path], T]) -> None:
         self.directory, self._read = directory, read
-        self._key: tuple[int, int] | None = None  # (inode, mtime_ns) of the trusted listing
-        self._value: T | None = None
+        # ((inode, mtime_ns), listing) of the last listing that can be trusted
+        self._trusted: tuple[tuple[int, int], T] | None = None
 
     def get(self) -> T:
         try:
             st = os.stat(self.directory)
         except FileNotFoundError:
-            self._key = None
+            self._trusted = None
             return self._read(self.directory)
         key = (st.st_ino, st.st_mtime_ns)
-        if key == self._key and self._value is not None:
-            return self._value
+        trusted = self._trusted
+        if trusted is not None and trusted[0] == key:
+            return trusted[1]
         value = self._read(self.directory)
         settled = time.time_ns() - st.st_mtime_ns > _RACY_NS
-        self._key, self._value = (key if settled else None), value
+        self._trusted = (key, value) if settled else None
         return value
 
 

@@ -1,7 +1,9 @@
 """``rt sequencer``: raft, the control channel, the planner, the merger and the archiver.
 
-Threads: pysyncobj's tick thread (raft and ``apply``), the merger, an inotify
-watcher of ``in/``; everything else runs on the asyncio loop. Files of a node::
+Threads: the asyncio loop runs raft (pysyncobj ticked by :meth:`RaftNode.run`, its
+TLS links, ``apply``), the control channel, the reporter and the watch of ``in/``;
+the merger has a thread of its own, and the planner steps in a worker thread.
+Files of a node::
 
     <data_dir>/in/<topic>.<host>/   inputs (written by the push server)
     <data_dir>/merged/              the merged log (written by the merger)
@@ -142,6 +144,7 @@ class Sequencer:
             self.config, self.name, self.leader, self.inputs.extents, self._inputs_changed
         )
         tasks = [
+            asyncio.create_task(self.raft.run(), name="raft"),
             asyncio.create_task(reporter.run(), name="reporter"),
             asyncio.create_task(self._plan_loop(), name="planner"),
             asyncio.create_task(self._watch_inputs(), name="in-watch"),

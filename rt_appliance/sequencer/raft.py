@@ -24,7 +24,11 @@ defaults, and why:
   bytes to the state machine and logs and counts anything it raises; a malformed
   command is rejected by the state machine identically on every node.
 * **Every ``SyncObjConf`` option is set explicitly** in :func:`_conf`.
-
+* **One thread.** pysyncobj's own tick thread is off (``autoTick=False``):
+  :meth:`RaftNode.run` ticks raft on the sequencer's event loop, at once when a
+  message arrives, a proposal is made or a peer comes or goes, and every
+  ``_TICK_S`` for its timers. The TLS links are asyncio streams on the same loop,
+  so a message costs no hand-over between threads.
 * **Term and vote on disk.** pysyncobj keeps them in memory only; the transport
   saves them (:mod:`rt_appliance.sequencer.vote`) before any message leaves the node
   whenever either changed, and restores them when the node starts, so a restarted
@@ -33,6 +37,7 @@ defaults, and why:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextlib
@@ -41,10 +46,8 @@ import json
 import logging
 import os
 import pickle
-import socket
 import ssl
 import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,13 +59,13 @@ import pysyncobj.pickle as _pso_pickle
 import pysyncobj.syncobj as _syncobj
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import Node, TCPNode
-from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import Transport
 
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
-from rt_appliance.errors import RTError
+from rt_appliance.errors import PeerRejectedError, RTError, TransportError
 from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
 from rt_appliance.sequencer.vote import Vote, VoteStore
+from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 
 __all__ = ["RaftNode", "RaftStatus", "StateMachine", "restricted_loads"]
@@ -71,9 +74,10 @@ log = logging.getLogger(__name__)
 
 MAX_RAFT_FRAME = 64 << 20
 _LENGTH = struct.Struct("<I")
-_SEND_QUEUE = 4096  # messages waiting for one peer; beyond, raft's retransmission covers
+_SEND_BUFFER_BYTES = 64 << 20  # unsent to one peer; beyond, raft's retransmission covers
 _CONNECT_TIMEOUT_S = 3.0
 _ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
+_TICK_S = 0.01  # raft's timers are checked at least this often
 
 
 # -- decoding: no globals, ever -------------------------------------------------------
@@ -209,79 +213,71 @@ class RaftStatus:
 
 
 class _Peer:
-    """Our outgoing connection to one node: a queue and a sender thread."""
+    """Our outgoing connection to one node, kept up by a task on the event loop."""
 
     def __init__(self, transport: TlsTransport, node: Node, name: str, address: tuple[str, int]):
         self.transport, self.node, self.name, self.address = transport, node, name, address
-        self.queue: collections.deque[bytes] = collections.deque()
-        self.ready = threading.Event()  # messages are waiting
-        self.connected = False
+        self.writer: asyncio.StreamWriter | None = None
         self.stopping = False
         self.in_step = False  # the follower accepted our last append
         self.awaiting = False  # an append is out and its answer not back
         self.awaiting_until = 0.0
-        self.thread = threading.Thread(target=self._run, name=f"raft-to-{name}", daemon=True)
-        self.thread.start()
+        self.full_since: float | None = None  # when the send buffer last went over its limit
+        self.task: asyncio.Task[None] | None = None
 
-    def _run(self) -> None:
+    @property
+    def connected(self) -> bool:
+        return self.writer is not None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-to-{self.name}")
+
+    async def _run(self) -> None:
         backoff = 0.05
         while not self.stopping:
             try:
-                sock = self._connect()
-            except (OSError, ssl.SSLError, ValueError, RTError) as exc:
+                reader, writer = await self._connect()
+            except (OSError, ssl.SSLError, TimeoutError, RTError) as exc:
                 log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
-                time.sleep(backoff)
+                await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
-            except Exception:  # a bug: keep the link (raft needs it) and say so loudly
-                log.exception("raft: unexpected error connecting to %s; retrying", self.name)
-                time.sleep(1.0)
-                continue
             backoff = 0.05
-            self.queue.clear()
             self.in_step = self.awaiting = False
-            self.connected = True
-            self.transport._event("up", self.node, None)
+            self.full_since = None
+            self.writer = writer
+            self.transport.node_up(self.node)
             log.info("raft: connected to %s at %s:%d", self.name, *self.address)
             try:
-                self._pump(sock)
+                # Nothing comes back on this connection (answers travel on the one the
+                # peer opened): a read ends only when the connection does.
+                await reader.read(1)
+                log.info("raft: connection to %s closed by the peer", self.name)
             except (OSError, ssl.SSLError) as exc:
                 log.info("raft: connection to %s lost: %s", self.name, exc)
-            except Exception:  # a bug: drop this connection, make a new one
-                log.exception("raft: unexpected error sending to %s; reconnecting", self.name)
             finally:
-                self.connected = False
-                sock.close()
-                self.transport._event("down", self.node, None)
+                self.writer = None
+                writer.transport.abort()
+                self.transport.node_down(self.node)
 
-    def _connect(self) -> ssl.SSLSocket:
-        raw = socket.create_connection(self.address, timeout=_CONNECT_TIMEOUT_S)
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                *self.address, ssl=self.transport.client_ctx, server_hostname=None
+            ),
+            _CONNECT_TIMEOUT_S,
+        )
         try:
-            _tune(raw)
-            sock = self.transport.client_ctx.wrap_socket(raw, server_hostname=None)
-        except BaseException:
-            raw.close()
-            raise
-        try:
-            name = peer_name(sock)
+            set_keepalive(writer)
+            name = peer_name(writer.get_extra_info("ssl_object"))
             if name != self.name:
-                raise ValueError(f"{self.address} presented {name!r}, expected {self.name!r}")
-            sock.settimeout(self.transport.timeout_s)
+                raise PeerRejectedError(
+                    f"{self.address} presented {name!r}, expected {self.name!r}"
+                )
         except BaseException:
-            sock.close()
+            writer.transport.abort()
             raise
-        return sock
-
-    def _pump(self, sock: ssl.SSLSocket) -> None:
-        while not self.stopping:
-            if not self.queue:
-                self.ready.wait(0.5)
-                self.ready.clear()
-                continue
-            pieces: list[bytes] = []
-            while self.queue and len(pieces) < 256:
-                pieces.append(self.queue.popleft())
-            sock.sendall(b"".join(pieces))
+        return reader, writer
 
     # Flow control for a follower that is not in step. pysyncobj's leader sends its whole
     # backlog at once, moving its next index past the end; a follower whose log diverges
@@ -301,29 +297,48 @@ class _Peer:
         self.in_step, self.awaiting = success, False
 
     def send(self, frame: bytes) -> bool:
-        if not self.connected or len(self.queue) >= _SEND_QUEUE:
+        """Queue ``frame`` (never blocks); False when it cannot be sent now."""
+        writer = self.writer
+        if writer is None:
             return False
-        self.queue.append(frame)
-        self.ready.set()
+        if writer.transport.get_write_buffer_size() >= _SEND_BUFFER_BYTES:
+            # The peer is not reading. Raft's retransmission covers what is dropped here;
+            # a peer that stays stuck is cut off, and the next connection starts afresh.
+            now = time.monotonic()
+            if self.full_since is None:
+                self.full_since = now
+            elif now - self.full_since > self.transport.timeout_s:
+                log.warning(
+                    "raft: %s has not read for %.0f s; reconnecting",
+                    self.name,
+                    now - self.full_since,
+                )
+                writer.transport.abort()
+            return False
+        self.full_since = None
+        writer.write(frame)
         return True
 
-
-def _tune(sock: socket.socket) -> None:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+    def stop(self) -> None:
+        self.stopping = True
+        if self.writer is not None:
+            self.writer.transport.abort()
+        if self.task is not None:
+            self.task.cancel()
 
 
 class TlsTransport(Transport):  # type: ignore[misc]
-    """pysyncobj transport over mutual TLS; every callback runs in pysyncobj's thread."""
+    """pysyncobj transport over mutual TLS, run by the event loop that ticks raft.
+
+    Every pysyncobj callback (a message, a peer up or down) is made on that loop's
+    thread, between ticks, so raft's state is only ever touched by one thread.
+    """
 
     def __init__(self, sync_obj: Any, self_node: Node, other_nodes: Any, *, link: _Link) -> None:
         super().__init__(sync_obj, self_node, other_nodes)
         self.link = link
-        # pysyncobj keeps term and vote in memory only: restore them before its thread
-        # starts (it creates the transport after setting both to their initial values).
+        # pysyncobj keeps term and vote in memory only: restore them before the first tick
+        # (it creates the transport after setting both to their initial values).
         self._sync_obj = sync_obj
         self._votes = VoteStore(Path(link.journal_path).parent)
         restored = self._votes.saved
@@ -336,41 +351,21 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self.server_ctx = server_context(link.config.tls, link.name)
         self.client_ctx = client_context(link.config.tls, link.name)
         self.timeout_s = link.timeout_s
-        self._events: collections.deque[tuple[str, Node, Any]] = collections.deque()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        sync_obj._poller.subscribe(
-            self._wake_r, self._on_wake, POLL_EVENT_TYPE.READ | POLL_EVENT_TYPE.ERROR
-        )
         self._peers: dict[Node, _Peer] = {}
-        self._server: socket.socket | None = None
-        self._ready = False
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.StreamWriter] = set()
         self._closing = False
-        self._next_bind_warning = 0.0
         for node in other_nodes:
             self.addNode(node)
 
-    # pysyncobj's interface
+    # pysyncobj's interface. The listener is started by :meth:`start` on the loop; until
+    # then sends fail, which raft treats as an unreachable peer.
     def tryGetReady(self) -> None:
-        if self._ready:
-            return
-        host, port = self.link.listen
-        try:
-            server = socket.create_server((host, port), reuse_port=False, backlog=64)
-        except OSError as exc:
-            if time.monotonic() >= self._next_bind_warning:  # pysyncobj retries every tick
-                log.warning("raft: cannot listen on %s:%d yet: %s (retrying)", host, port, exc)
-                self._next_bind_warning = time.monotonic() + 5.0
-            return
-        self._server = server
-        self._ready = True
-        threading.Thread(target=self._accept_loop, name="raft-accept", daemon=True).start()
-        log.info("raft: listening on %s:%d (mutual TLS)", host, port)
+        return None
 
     @property
     def ready(self) -> bool:
-        return self._ready
+        return True
 
     def waitReady(self) -> None:
         return None
@@ -382,11 +377,11 @@ class TlsTransport(Transport):  # type: ignore[misc]
     def dropNode(self, node: Node) -> None:
         peer = self._peers.pop(node, None)
         if peer is not None:
-            peer.stopping = True
+            peer.stop()
 
     def send(self, node: Node, message: Any) -> bool:
         peer = self._peers.get(node)
-        if peer is None:
+        if peer is None or not peer.connected:
             return False
         if (
             message.get("type") == "append_entries"
@@ -405,106 +400,94 @@ class TlsTransport(Transport):  # type: ignore[misc]
     def destroy(self) -> None:
         self._closing = True
         for peer in self._peers.values():
-            peer.stopping = True
-            peer.ready.set()
+            peer.stop()
         if self._server is not None:
             self._server.close()
+        for writer in list(self._connections):
+            writer.transport.abort()
+
+    # on the loop
+    async def start(self) -> None:
+        """Listen (retrying while the port is taken) and dial every peer."""
+        for peer in self._peers.values():
+            peer.start()
+        host, port = self.link.listen
+        warned = 0.0
+        while self._server is None and not self._closing:
+            try:
+                self._server = await listen_before_tls(host, port, self._serve)
+            except TransportError as exc:
+                if time.monotonic() >= warned:
+                    log.warning("raft: %s (retrying)", exc)
+                    warned = time.monotonic() + 5.0
+                await asyncio.sleep(1.0)
+        log.info("raft: listening on %s:%d (mutual TLS)", host, port)
+
+    def node_up(self, node: Node) -> None:
+        self._onNodeConnected(node)
+        self.link.kick()
+
+    def node_down(self, node: Node) -> None:
+        if not self._closing:
+            self._onNodeDisconnected(node)
+            self.link.kick()
 
     # incoming side
-    def _accept_loop(self) -> None:
-        assert self._server is not None
-        while not self._closing:
-            try:
-                raw, addr = self._server.accept()
-            except OSError as exc:
-                if self._closing:
-                    return
-                # Out of descriptors, an aborted connection: this node must keep hearing
-                # its peers, so the listener carries on.
-                log.warning("raft: accepting a connection failed: %s", exc)
-                time.sleep(0.1)
-                continue
-            try:
-                threading.Thread(
-                    target=self._serve, args=(raw, addr), name=f"raft-from-{addr[0]}", daemon=True
-                ).start()
-            except RuntimeError as exc:  # no thread to be had: refuse this one connection
-                log.warning("raft: cannot serve %s: %s", addr[0], exc)
-                raw.close()
-
-    def _serve(self, raw: socket.socket, addr: tuple[str, int]) -> None:
-        raw.settimeout(_CONNECT_TIMEOUT_S)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        where = f"{peer[0]}:{peer[1]}"
+        self._connections.add(writer)
         try:
-            _tune(raw)
-            sock = self.server_ctx.wrap_socket(raw, server_side=True)
-        except (OSError, ssl.SSLError) as exc:
-            self.link.refused("handshake", f"{addr[0]}:{addr[1]}: {exc}")
-            raw.close()
-            return
-        with sock:
+            set_keepalive(writer)
             try:
-                name = peer_name(sock)
+                await writer.start_tls(self.server_ctx, ssl_handshake_timeout=_CONNECT_TIMEOUT_S)
+            except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+                self.link.refused("handshake", f"{where}: {exc}")
+                return
+            try:
+                name = peer_name(writer.get_extra_info("ssl_object"))
             except RTError as exc:
-                self.link.refused("identity", f"{addr[0]}: {exc}")
+                self.link.refused("identity", f"{peer[0]}: {exc}")
                 return
             node = self.link.node_named(name)
             if node is None:
-                self.link.refused("identity", f"{addr[0]} presented {name!r}, not a peer node")
+                self.link.refused("identity", f"{peer[0]} presented {name!r}, not a peer node")
                 return
-            sock.settimeout(None)  # a follower sends nothing to followers; keepalive finds the dead
             try:
-                self._read_frames(sock, node, name)
-            except (OSError, ssl.SSLError, EOFError) as exc:
-                log.info("raft: connection from %s closed: %s", name, exc)
-
-    def _read_frames(self, sock: ssl.SSLSocket, node: Node, name: str) -> None:
-        buf = bytearray()
-        while not self._closing:
-            data = sock.recv(1 << 18)
-            if not data:
-                raise EOFError("peer closed")
-            buf += data
-            while len(buf) >= _LENGTH.size:
-                (size,) = _LENGTH.unpack_from(buf)
-                if size > MAX_RAFT_FRAME:
-                    self.link.refused("frame", f"{name}: frame of {size} bytes")
-                    return
-                if len(buf) < _LENGTH.size + size:
-                    break
-                body = bytes(buf[_LENGTH.size : _LENGTH.size + size])
-                del buf[: _LENGTH.size + size]
-                try:
-                    message = restricted_loads(body)
-                except Exception as exc:  # any decoding failure: the frame is garbage
-                    self.link.refused("frame", f"{name}: undecodable frame: {exc}")
-                    return
-                if not isinstance(message, dict):
-                    self.link.refused("frame", f"{name}: frame is not a raft message")
-                    return
-                self._event("msg", node, message)
-
-    def _event(self, kind: str, node: Node, message: Any) -> None:
-        self._events.append((kind, node, message))
-        with contextlib.suppress(BlockingIOError):  # full: the tick thread wakes anyway
-            os.write(self._wake_w, b"x")
-
-    def _on_wake(self, fd: int, event: int) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
+                await self._read_frames(reader, node, name)
+            except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
+                log.info("raft: connection from %s closed: %s", name, exc or "end of stream")
+        except asyncio.CancelledError:  # the node is stopping
             pass
-        while self._events:
-            kind, node, message = self._events.popleft()
-            if kind == "msg":
-                peer = self._peers.get(node)
-                if peer is not None and message.get("type") == "next_node_idx":
-                    peer.answered(bool(message.get("success")))
+        finally:
+            self._connections.discard(writer)
+            writer.transport.abort()
+
+    async def _read_frames(self, reader: asyncio.StreamReader, node: Node, name: str) -> None:
+        while not self._closing:
+            (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+            if size > MAX_RAFT_FRAME:
+                self.link.refused("frame", f"{name}: frame of {size} bytes")
+                return
+            body = await reader.readexactly(size)
+            try:
+                message = restricted_loads(body)
+            except Exception as exc:  # any decoding failure: the frame is garbage
+                self.link.refused("frame", f"{name}: undecodable frame: {exc}")
+                return
+            if not isinstance(message, dict):
+                self.link.refused("frame", f"{name}: frame is not a raft message")
+                return
+            peer = self._peers.get(node)
+            if peer is not None and message.get("type") == "next_node_idx":
+                peer.answered(bool(message.get("success")))
+            try:
                 self._onMessageReceived(node, message)
-            elif kind == "up":
-                self._onNodeConnected(node)
-            else:
-                self._onNodeDisconnected(node)
+            except Exception as exc:  # well-formed pickle, but not a message raft can take
+                log.exception("raft: a message from %s could not be handled", name)
+                self.link.refused("frame", f"{name}: unhandled message: {exc!r}")
+                return
+            self.link.kick()
 
 
 # -- glue between config, transport, journal and pysyncobj ------------------------------
@@ -521,6 +504,7 @@ class _Link:
         self.by_address = {_address(config, n): n for n in config.nodes}
         self.refusals: collections.Counter[str] = collections.Counter()
         self.on_refused: Callable[[str], None] | None = None
+        self.kick: Callable[[], None] = lambda: None  # a tick soon: something happened
 
     def name_of(self, node: Node) -> str:
         return self.by_address[node.id].name
@@ -577,9 +561,11 @@ class RaftNode:
         me = TCPNode(_address(config, config.node(name)))
         others = [TCPNode(_address(config, n)) for n in config.nodes if n.name != name]
         link = self._link
+        made: list[TlsTransport] = []
 
         def transport(sync_obj: Any, self_node: Node, other_nodes: Any) -> TlsTransport:
-            return TlsTransport(sync_obj, self_node, other_nodes, link=link)
+            made.append(TlsTransport(sync_obj, self_node, other_nodes, link=link))
+            return made[0]
 
         self._obj = _Replicated(
             machine,
@@ -589,7 +575,43 @@ class RaftNode:
             conf=_conf(config, journal, self._snapshot_path, self._serialize, self._deserialize),
             transportClass=transport,
         )
+        self._transport = made[0]
+        # pysyncobj wakes its own poller through a pipe on every command; raft is ticked by
+        # :meth:`run` instead, and :meth:`propose` asks for the tick itself.
+        self._obj._SyncObj__pipeNotifier = _NoNotifier()
         _UNDECODABLE[0] = (self._obj._methodToID[self._obj._getFuncName("apply")], (b"",))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick_pending = False
+        self._tick_failures = 0
+        self._next_failure_log = 0.0
+
+    async def run(self) -> None:
+        """Run raft on this event loop until cancelled: listen, dial every peer, and tick
+        whenever something happens (a message, a proposal, a peer up or down) and at least
+        every ``_TICK_S`` (election and heartbeat timers). Nothing is sent or applied
+        before it runs."""
+        self._loop = asyncio.get_running_loop()
+        self._link.kick = self._kick
+        await self._transport.start()
+        while True:
+            self._tick()
+            await asyncio.sleep(_TICK_S)
+
+    def _kick(self) -> None:
+        """A tick as soon as the loop is free (on the loop's thread)."""
+        if not self._tick_pending and self._loop is not None:
+            self._tick_pending = True
+            self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self._tick_pending = False
+        try:
+            self._obj.doTick(0.0)
+        except Exception:  # pysyncobj's own loop survives a failed tick the same way
+            self._tick_failures += 1
+            if time.monotonic() >= self._next_failure_log:
+                log.exception("raft: a tick failed (%d so far); ticking on", self._tick_failures)
+                self._next_failure_log = time.monotonic() + 5.0
 
     @property
     def apply_errors(self) -> int:
@@ -603,7 +625,8 @@ class RaftNode:
         self._link.on_refused = hook
 
     def propose(self, command: bytes, done: Callable[[bool, str], None]) -> None:
-        """Submit ``command``; ``done(accepted, why)`` runs in raft's thread once decided."""
+        """Submit ``command`` (from any thread); ``done(accepted, why)`` runs on raft's
+        event loop once it is decided."""
 
         def callback(result: Any, error: int) -> None:
             if error == FAIL_REASON.SUCCESS:
@@ -612,6 +635,10 @@ class RaftNode:
                 done(False, _FAIL_NAMES.get(error, f"error {error}"))
 
         self._obj.apply(command, callback=callback)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: no tick to come
+                loop.call_soon_threadsafe(self._kick)
 
     def leader(self) -> str | None:
         """The leader this node knows of (cheap: no full status)."""
@@ -686,6 +713,13 @@ _FAIL_NAMES = {
 }
 
 
+class _NoNotifier:
+    """Stands in for pysyncobj's pipe notifier (its poller is not what wakes raft here)."""
+
+    def notify(self) -> None:
+        return None
+
+
 def _entry_json(entry: Any) -> list[Any]:
     command, idx, term = entry
     if isinstance(command, str):
@@ -709,8 +743,8 @@ def _conf(
     max_timeout = seq.raft_max_timeout_ms / 1000
     return SyncObjConf(
         password=None,  # TLS protects the traffic instead of pysyncobj's own encryption
-        autoTick=True,
-        autoTickPeriod=0.01,
+        autoTick=False,  # ticked by RaftNode.run on the sequencer's event loop
+        autoTickPeriod=_TICK_S,
         commandsQueueSize=100_000,
         raftMinTimeout=min_timeout,
         raftMaxTimeout=max_timeout,

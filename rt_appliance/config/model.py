@@ -167,6 +167,8 @@ class ReplicationConfig(_Model):
     ack_timeout_ms: Annotated[int, Field(ge=100)] = 10_000  # unacked data this long: peer is gone
     # receiving side: sync (then ack) at most this often; appends stall while a sync runs
     sync_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 10
+    # sending side: a push client sends to a node at most this often; writes meanwhile join
+    send_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 1
     pull_source: str | None = None  # directory the pull server serves; default <data_dir>/merged
 
     @model_validator(mode="after")

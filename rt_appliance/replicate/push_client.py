@@ -157,8 +157,16 @@ class PushClient:
         acks: asyncio.Task[None],
         stop: asyncio.Event,
     ) -> None:
-        """Send chunks as they appear; a peer that stops acking for ack_timeout is gone."""
+        """Send chunks as they appear; a peer that stops acking for ack_timeout is gone.
+
+        A backlog goes out chunk after chunk. New writes wake the loop, but it sends at
+        most every ``send_interval_ms``: at a high rate of small writes, one cycle (here
+        and in the node's push server) carries many of them instead of one each.
+        """
         timeout = self.config.replication.ack_timeout_ms / 1000
+        interval = self.config.replication.send_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        last_send = loop.time() - interval
         sent = {d: source.position for d, source in sources.items()}
         self._last_ack[node] = time.monotonic()
         next_lag_update = 0.0
@@ -178,14 +186,18 @@ class PushClient:
                             conn.send_data(d, chunk.position, chunk.data), timeout
                         )
                         sent[d] = chunk.next_position
+                        last_send = loop.time()
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
                         self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
+                        self.metrics.chunks.labels(node=node, dir=d).inc()
                         sent_any = True
                 if time.monotonic() >= next_lag_update:
                     self._update_lag(node)
                     next_lag_update = time.monotonic() + 1.0
                 if not sent_any:
                     await watcher.wait(min(_IDLE_WAIT_S, timeout / 4))
+                    if (delay := last_send + interval - loop.time()) > 0:
+                        await asyncio.sleep(delay)  # writes meanwhile join the next send
 
     def _update_lag(self, node: str) -> None:
         for d in self.dirs:

@@ -20,6 +20,12 @@ class PushMetrics:
         self.records = Counter(
             f"{prefix}_records", "Records replicated", labels, registry=self.registry
         )
+        self.chunks = Counter(
+            f"{prefix}_chunks",
+            "DATA frames replicated (records / chunks: how many writes one send carries)",
+            labels,
+            registry=self.registry,
+        )
         self.lag_bytes = Gauge(
             f"{prefix}_lag_bytes",
             "Bytes the node has not acknowledged yet (client) or not received (server, as offered)",

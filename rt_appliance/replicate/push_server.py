@@ -208,6 +208,7 @@ class PushServer:
             )
             raise
         self.metrics.bytes.labels(node=self.node.name, dir=data.dir).inc(len(data.payload))
+        self.metrics.chunks.labels(node=self.node.name, dir=data.dir).inc()
         return data.dir
 
 

@@ -299,7 +299,7 @@ class _Peer:
     def send(self, frame: bytes) -> bool:
         """Queue ``frame`` (never blocks); False when it cannot be sent now."""
         writer = self.writer
-        if writer is None:
+        if writer is None or writer.transport.is_closing():
             return False
         if writer.transport.get_write_buffer_size() >= _SEND_BUFFER_BYTES:
             # The peer is not reading. Raft's retransmission covers what is dropped here;
@@ -407,10 +407,13 @@ class TlsTransport(Transport):  # type: ignore[misc]
             writer.transport.abort()
 
     # on the loop
-    async def start(self) -> None:
-        """Listen (retrying while the port is taken) and dial every peer."""
+    def dial(self) -> None:
+        """Start keeping a connection to every peer."""
         for peer in self._peers.values():
             peer.start()
+
+    async def listen(self) -> None:
+        """Listen for the peers, retrying every second while the port is taken."""
         host, port = self.link.listen
         warned = 0.0
         while self._server is None and not self._closing:
@@ -592,7 +595,10 @@ class RaftNode:
         before it runs."""
         self._loop = asyncio.get_running_loop()
         self._link.kick = self._kick
-        await self._transport.start()
+        self._transport.dial()
+        await asyncio.gather(self._transport.listen(), self._tick_periodically())
+
+    async def _tick_periodically(self) -> None:
         while True:
             self._tick()
             await asyncio.sleep(_TICK_S)

@@ -98,11 +98,13 @@ def test_garbage_and_pickles_are_refused_and_the_cluster_serves(local_stream) ->
     assert _send(address, evil, ctx) != "answered"
     # 4. and a garbage frame from that node is dropped the same way
     assert _send(address, _frame(b"\x80\x05not a pickle at all"), ctx) != "answered"
+    # 5. plain data that is not a message raft can take (no term): dropped, not a crash
+    assert _send(address, _frame(pickle.dumps({"type": "append_entries"})), ctx) != "answered"
 
     wait_until(
         lambda: (
             refusals(stream, leader).get("handshake", 0) >= 2
-            and refusals(stream, leader).get("frame", 0) >= 2
+            and refusals(stream, leader).get("frame", 0) >= 3
         ),
         20,
         "the refusals to be counted",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 
@@ -68,33 +67,33 @@ def wait_for_directory(directory: Path, timeout_s: float) -> bool:
 class AsyncDirectoryWatcher:
     """:class:`DirectoryWatcher` on the running event loop: no thread per wait.
 
-    The loop watches the inotify descriptor itself, so a change costs one callback
-    rather than a hand-over to and from a worker thread. As with the blocking
-    watcher, create it before reading: a change after the read makes the next
-    :meth:`wait` return at once.
+    The loop watches the inotify descriptor only while a :meth:`wait` is under way, so a
+    busy directory (thousands of writes a second) costs one wake per wait, not one per
+    write: changes meanwhile queue in the kernel, and the next :meth:`wait` finds them
+    at once. As with the blocking watcher, create it before reading: a change after the
+    read makes the next :meth:`wait` return at once. One task waits at a time.
     """
 
     def __init__(self, *directories: Path) -> None:
         self._watcher = DirectoryWatcher(*directories)
-        self._changed = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self._watcher.fileno(), self._on_readable)
-
-    def _on_readable(self) -> None:
-        self._watcher.drain()
-        self._changed.set()
 
     async def wait(self, timeout_s: float) -> bool:
         """Until a change since the last wait, or ``timeout_s``; True if something changed."""
-        if not self._changed.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
-        changed = self._changed.is_set()
-        self._changed.clear()
-        return changed
+        if self._watcher.drain():
+            return True
+        woken: asyncio.Future[bool] = self._loop.create_future()
+        fd = self._watcher.fileno()
+        self._loop.add_reader(fd, _settle, woken, True)
+        timer = self._loop.call_later(timeout_s, _settle, woken, False)
+        try:
+            await woken
+        finally:
+            timer.cancel()
+            self._loop.remove_reader(fd)
+        return self._watcher.drain()
 
     def close(self) -> None:
-        self._loop.remove_reader(self._watcher.fileno())
         self._watcher.close()
 
     def __enter__(self) -> AsyncDirectoryWatcher:
@@ -102,3 +101,8 @@ class AsyncDirectoryWatcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _settle(future: asyncio.Future[bool], value: bool) -> None:
+    if not future.done():
+        future.set_result(value)

@@ -46,6 +46,7 @@ __all__ = ["Sequencer"]
 log = logging.getLogger(__name__)
 # A busy input changes thousands of times a second; one wake this often covers them.
 _WATCH_COALESCE_S = 0.001
+_LAG_PROBE_S = 0.05  # how often the event loop's lateness is sampled
 
 
 class _Metrics:
@@ -85,6 +86,11 @@ class _Metrics:
         )
         self.pruned = Gauge("rt_sequencer_pruned_files", "Merged files pruned here", registry=r)
         self.disk = Gauge("rt_sequencer_disk_used_percent", "Data filesystem use", registry=r)
+        self.loop_lag = Gauge(
+            "rt_sequencer_loop_lag_seconds",
+            "Longest the event loop (raft, control channel) was late over the last second",
+            registry=r,
+        )
 
 
 class Sequencer:
@@ -150,6 +156,7 @@ class Sequencer:
             asyncio.create_task(self._watch_inputs(), name="in-watch"),
             asyncio.create_task(self._archive_loop(), name="archiver"),
             asyncio.create_task(self._observe_loop(), name="observer"),
+            asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
         log.info(
             "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
@@ -264,6 +271,27 @@ class Sequencer:
                 write_sequencer_file(path, status.leader, status.has_quorum)
                 next_heartbeat = time.monotonic() + 0.5
             await asyncio.sleep(0.2)
+
+    async def _lag_loop(self) -> None:
+        """Measure how late the event loop runs a timer: raft's heartbeats and votes wait
+        as long, and a lag near ``raft_min_timeout_ms`` costs an election."""
+        loop = asyncio.get_running_loop()
+        worst, window_end = 0.0, loop.time() + 1.0
+        warn_after = self.config.sequencer.raft_min_timeout_ms / 1000 / 2
+        while True:
+            due = loop.time() + _LAG_PROBE_S
+            await asyncio.sleep(_LAG_PROBE_S)
+            lag = max(0.0, loop.time() - due)
+            worst = max(worst, lag)
+            if lag > warn_after:
+                log.warning(
+                    "event loop ran %.0f ms late (raft waits as long; elections start at %d ms)",
+                    lag * 1000,
+                    self.config.sequencer.raft_min_timeout_ms,
+                )
+            if loop.time() >= window_end:
+                self.metrics.loop_lag.set(worst)
+                worst, window_end = 0.0, loop.time() + 1.0
 
     def _inputs(self) -> dict[str, Any]:
         """Per input: how far this node holds it, how far it is merged, the bytes between."""

@@ -75,14 +75,18 @@ class Planner:
             return dict(self._reports)
 
     def step(self) -> int:
-        """Propose what can be proposed now; returns how many proposals were made."""
+        """Propose what can be proposed now; returns how many proposals were made.
+
+        The lock is held only to read and update the bookkeeping, never while input is
+        read and records are built: reports and raft's callbacks (on the event loop)
+        take the same lock, and must not wait for a step.
+        """
         if not self.raft.is_leader():
             with self._lock:
                 self._spec = None
             return 0
         local = self.inputs.extents()
         term = self.raft.term()
-        made = 0
         with self._lock:
             self._reports[self.node_name] = local
             if term != self._term:  # a new leadership: nothing planned before it counts
@@ -92,20 +96,25 @@ class Planner:
                 if self._inflight:
                     return 0
                 self._spec = self.machine.committed()
-            spec = self._spec
-            while self._inflight < self.config.sequencer.max_inflight:
-                merge = self._next(spec)
-                if merge is None:
+            spec, epoch, reports = self._spec, self._epoch, dict(self._reports)
+            room = self.config.sequencer.max_inflight - self._inflight
+        made = 0
+        while made < room:
+            merge = self._next(spec, reports)
+            if merge is None:
+                break
+            command = merge.encode()
+            with self._lock:
+                if self._spec is not spec:  # a proposal failed meanwhile: replan next step
                     break
-                command = merge.encode()
                 if spec.apply(command) is None:
                     log.error("planner: own proposal rejected locally: %s", spec.last_reject)
                     self._spec = None
                     break
                 self._inflight += 1
                 self.proposed += 1
-                made += 1
-                self.raft.propose(command, partial(self._done, self._epoch))
+            made += 1
+            self.raft.propose(command, partial(self._done, epoch))
         return made
 
     def _done(self, epoch: int, accepted: bool, why: str) -> None:
@@ -121,12 +130,14 @@ class Planner:
                 self._spec = None
         self.wake()
 
-    def _majority(self, name: str) -> Position:
+    def _majority(self, name: str, reports: dict[str, dict[str, int]]) -> Position:
         nodes = len(self.config.nodes)
-        extents = [r.get(name, 0) for r in self._reports.values()]
+        extents = [r.get(name, 0) for r in reports.values()]
         return majority_extent(extents, nodes)
 
-    def _next(self, spec: SequencerState) -> Merge | Skip | None:
+    def _next(
+        self, spec: SequencerState, reports: dict[str, dict[str, int]]
+    ) -> Merge | Skip | None:
         best = None
         for name in self.inputs.names():
             source = self.inputs.get(name)
@@ -134,7 +145,7 @@ class Planner:
             pos = Position(known) if known is not None else source.first_record()
             if pos is None:
                 continue
-            held = self._majority(name)
+            held = self._majority(name, reports)
             if held <= pos:
                 continue
             if held.file_key > pos.file_key:

@@ -16,10 +16,14 @@ defaults, and why:
   pysyncobj's own ``pysyncobj.pickle.loads``/``load`` (used for the commands in its
   log) are replaced by the same restricted decoder. Snapshots are JSON.
 * **A synced journal.** pysyncobj writes its journal through mmap and never syncs
-  it. Here every journal write marks it dirty, and it is synced (fsync, which on
-  Linux also writes back pages changed through the mapping) before any raft message
-  leaves the node (so no vote and no append acknowledgement is sent for an entry
-  that is not on disk) and before a committed entry is applied.
+  it. Here the journal counts its changes, and no raft message leaves the node before
+  a sync (fsync, which on Linux also writes back pages changed through the mapping)
+  that began after everything written before the message has completed, so no vote
+  and no append acknowledgement is sent for an entry that is not on disk. Syncs run in
+  a worker thread, one at a time, each covering every change made before it began;
+  messages wait in order meanwhile, and raft's loop goes on (a sync can take a
+  hundred milliseconds when the disk is busy, and would otherwise delay heartbeats
+  into elections). A committed entry is applied only once a sync has covered it.
 * **Replicated methods never raise.** :meth:`_Replicated.apply` hands the command
   bytes to the state machine and logs and counts anything it raises; a malformed
   command is rejected by the state machine identically on every node.
@@ -51,6 +55,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -78,6 +83,8 @@ _SEND_BUFFER_BYTES = 64 << 20  # unsent to one peer; beyond, raft's retransmissi
 _CONNECT_TIMEOUT_S = 3.0
 _ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
 _TICK_S = 0.01  # raft's timers are checked at least this often
+_HELD_MAX = 10_000  # messages waiting for a journal sync; beyond, they are dropped
+_SYNC_RETRY_S = 1.0  # a failed journal sync is tried again after this long
 
 
 # -- decoding: no globals, ever -------------------------------------------------------
@@ -138,35 +145,75 @@ _pso_pickle.dump = _dump
 
 
 class _SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
-    """pysyncobj's file journal that knows whether it has unsynced writes."""
+    """pysyncobj's file journal that knows what is on disk.
+
+    Every change bumps :attr:`written`; a sync taken at generation G covers every change
+    up to G (:attr:`synced`) and every entry up to the raft index that was last then
+    (:attr:`synced_index`). A sync can run in a worker thread (:meth:`begin_sync`,
+    :func:`_fsync_and_close`, :meth:`end_sync`) while raft goes on writing.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.dirty = True
+        self.written = 1  # generation of the last change (the file as opened counts)
+        self.synced = 0  # generation the last completed sync covered
+        self.synced_index = 0  # raft entries up to this index are on disk
+        self.cuts = 0  # entries removed (a divergent tail, a compaction) so far
         self.syncs = 0
         super().__init__(path)
 
+    @property
+    def dirty(self) -> bool:
+        return self.synced < self.written
+
+    def last_index(self) -> int:
+        return int(self[-1][1]) if len(self) else 0
+
     def add(self, command: bytes, idx: int, term: int) -> None:
         super().add(command, idx, term)
-        self.dirty = True
+        self.written += 1
 
     def clear(self) -> None:
         super().clear()
-        self.dirty = True
+        self.written += 1
+        self.cuts += 1
+        self.synced_index = 0  # what is added back is not on disk until the next sync
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
         super().deleteEntriesFrom(entryFrom)
-        self.dirty = True
+        self.written += 1
+        self.cuts += 1
+        self.synced_index = min(self.synced_index, self.last_index())
+
+    def begin_sync(self) -> tuple[int, int, int, int]:
+        """(generation, last index, cuts, a descriptor of the file to fsync and close).
+
+        The descriptor is a duplicate: pysyncobj reopens the file when it grows it."""
+        resizable = self._FileJournal__journalFile
+        fd = os.dup(resizable._ResizableFile__f.fileno())
+        return self.written, self.last_index(), self.cuts, fd
+
+    def end_sync(self, generation: int, index: int, cuts: int) -> None:
+        self.synced = max(self.synced, generation)
+        if cuts == self.cuts:  # nothing removed meanwhile: the entries synced are still ours
+            self.synced_index = max(self.synced_index, index)
+        self.syncs += 1
 
     def sync(self) -> None:
-        if not self.dirty:
-            return
-        resizable = self._FileJournal__journalFile
-        # fsync alone: on Linux it also writes back pages dirtied through the shared
-        # mapping (msync(MS_SYNC) comes down to the same), so one call does both.
-        os.fsync(resizable._ResizableFile__f.fileno())
-        self.dirty = False
-        self.syncs += 1
+        """Sync now, in this thread (if anything changed)."""
+        if self.dirty:
+            generation, index, cuts, fd = self.begin_sync()
+            _fsync_and_close(fd)
+            self.end_sync(generation, index, cuts)
+
+
+def _fsync_and_close(fd: int) -> None:
+    # fsync alone: on Linux it also writes back pages dirtied through the shared mapping
+    # (msync(MS_SYNC) comes down to the same), so one call does both.
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _JOURNALS: dict[str, _SyncedJournal] = {}
@@ -355,6 +402,10 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.StreamWriter] = set()
         self._closing = False
+        # messages waiting for a journal sync: (peer, frame, journal generation before it)
+        self._held: collections.deque[tuple[_Peer, bytes, int]] = collections.deque()
+        self._syncing = False
+        self.sync_failures = 0
         for node in other_nodes:
             self.addNode(node)
 
@@ -390,12 +441,56 @@ class TlsTransport(Transport):  # type: ignore[misc]
             and not peer.may_append()
         ):
             return True  # held back until the follower answers; raft resends from its answer
-        # Nothing leaves before the journal, the term and the vote are on disk.
+        # Nothing leaves before the term, the vote and the journal are on disk. The term
+        # and vote change rarely and are saved at once; the journal is synced in a worker
+        # thread, and messages wait for the sync that covers what was written before them.
         obj = self._sync_obj
         self._votes.save(Vote(obj._SyncObj__raftCurrentTerm, obj._SyncObj__votedForNodeId))
-        self.link.sync_journal()
         body = pickle.dumps(message, protocol=4)
-        return peer.send(_LENGTH.pack(len(body)) + body)
+        frame = _LENGTH.pack(len(body)) + body
+        journal = self.link.journal()
+        if journal is None or (not journal.dirty and not self._held):
+            return peer.send(frame)
+        if len(self._held) >= _HELD_MAX:
+            return False  # syncs are stuck: raft's retransmission covers what is dropped
+        self._held.append((peer, frame, journal.written))
+        self._sync_soon(journal)
+        return True
+
+    def _sync_soon(self, journal: _SyncedJournal) -> None:
+        """Start a sync of the journal in a worker thread, unless one is running."""
+        if self._syncing or self._closing:
+            return
+        self._syncing = True
+        generation, index, cuts, fd = journal.begin_sync()
+        future = asyncio.get_running_loop().run_in_executor(None, _fsync_and_close, fd)
+        future.add_done_callback(partial(self._synced, journal, generation, index, cuts))
+
+    def _synced(
+        self,
+        journal: _SyncedJournal,
+        generation: int,
+        index: int,
+        cuts: int,
+        future: asyncio.Future[None],
+    ) -> None:
+        self._syncing = False
+        if self._closing:
+            return
+        exc = future.exception() if not future.cancelled() else RuntimeError("cancelled")
+        if exc is not None:
+            self.sync_failures += 1
+            log.error(
+                "raft: syncing the journal failed (%s); nothing is sent until a sync works", exc
+            )
+            asyncio.get_running_loop().call_later(_SYNC_RETRY_S, self._sync_soon, journal)
+            return
+        journal.end_sync(generation, index, cuts)
+        while self._held and self._held[0][2] <= journal.synced:
+            peer, frame, _ = self._held.popleft()
+            peer.send(frame)
+        if self._held:
+            self._sync_soon(journal)
 
     def destroy(self) -> None:
         self._closing = True
@@ -517,9 +612,13 @@ class _Link:
             return None
         return TCPNode(_address(self.config, self.config.node(name)))
 
-    def sync_journal(self) -> None:
-        journal = _JOURNALS.get(self.journal_path)
-        if journal is not None:
+    def journal(self) -> _SyncedJournal | None:
+        return _JOURNALS.get(self.journal_path)
+
+    def sync_journal_through(self, index: int) -> None:
+        """Make sure raft entries up to ``index`` are on disk (syncing now if not yet)."""
+        journal = self.journal()
+        if journal is not None and journal.synced_index < index:
             journal.sync()
 
     def refused(self, what: str, detail: str) -> None:
@@ -541,7 +640,9 @@ class _Replicated(SyncObj):  # type: ignore[misc]
 
     @replicated  # type: ignore[untyped-decorator]
     def apply(self, command: bytes) -> bool:
-        self._link.sync_journal()  # an entry is acted on only once it is on disk here
+        # An entry is acted on only once it is on disk here. Usually a sync has covered
+        # it already (an append is answered only after one); if not, sync now.
+        self._link.sync_journal_through(self._SyncObj__raftLastApplied + 1)
         try:
             return bool(self._machine.apply(command))
         except Exception:  # never raise into pysyncobj: it would retry this entry forever

@@ -462,64 +462,84 @@ that stalled are listed at the end and left out. Memory is one run.
 For comparison, measured on this machine before: the best peer end to end was a
 single-node RabbitMQ stream with its Python client at about 170,000 msg/s; a NATS
 JetStream stream replicated by raft over 3 nodes (R3) reached about 21,000 msg/s with a
-p99 of 7.4 ms. This stream (3 replicas, merged through raft) moves about 210,000-245,000
-msg/s end to end: ten times the replicated JetStream stream and more than the
-single-node RabbitMQ stream. Its latency is far worse than JetStream's (p99 of hundreds
-of milliseconds against 7.4 ms).
+p99 of 7.4 ms. This stream (3 replicas, merged through raft) moved 184,000-258,000
+msg/s end to end in these runs (248,000-272,000 in a run of e7a3591 an hour earlier, at
+load 5-11): ten times the replicated JetStream stream and more than the single-node
+RabbitMQ stream. Its latency is far worse than JetStream's (p99 of hundreds of
+milliseconds against 7.4 ms).
 
 What limits each figure:
 
-- **throughput** is CPU-bound. A full-speed run of 4 million messages costs about 29 s
-  of CPU in all (the throughput lines of the run log): sequencers 9.7-11 s (the three
-  together), push servers 8.6-10 s, push clients 3.3 s, pull client 3.3-3.5 s, pull
-  server 2 s; about 7 us per message. 500,000 msg/s at that cost needs about 3.5 cores,
-  i.e. nodes on hosts of their own; on one 2-core machine the target is out of reach.
-  The per-record loop every daemon runs (walking record boundaries and checking each
-  record's CRC-32) is compiled (`rt_appliance/log/_walk.c`): in Python it cost about
-  0.4 us a record, and each message is checked six times (publisher host, three push
-  servers, pull server, subscriber host). Side by side with the code before it
-  (3d52760), three alternating pairs of `rt bench cluster --runs 1 --measure
-  throughput --measure merge --messages 1000000` (load average 4-9): 301,000, 223,000
-  and 270,000 msg/s end to end against 149,000, 156,000 and 136,000, and merge rates
-  of 1.42, 1.25 and 1.34 million msg/s against 873,000, 694,000 and 721,000. The
-  publishers alone write
-  540,000-690,000 msg/s (second row);
+- **throughput** is CPU-bound. A full-speed run of 4 million messages costs 24-36 s
+  of CPU in all (the throughput lines of the run log; the more loaded the machine, the
+  more each message costs): sequencers 7.6-12 s (the three together), push servers
+  8.7-12 s, push clients 3.2-4.4 s, pull client 3.0-4.2 s, pull server 1.8-2.6 s; 6-9
+  us per message. 500,000 msg/s at that cost needs 3-4.5 cores, i.e. nodes on hosts of
+  their own; on one 2-core machine the target is out of reach. The per-record loop
+  every daemon runs (walking record boundaries and checking each record's CRC-32) is
+  compiled (`rt_appliance/log/_walk.c`): in Python it cost about 0.4 us a record, and
+  each message is checked six times. Side by side with the code before it (3d52760),
+  three alternating pairs of `rt bench cluster --runs 1 --measure throughput --measure
+  merge --messages 1000000` (load average 4-9): 301,000, 223,000 and 270,000 msg/s end
+  to end against 149,000, 156,000 and 136,000. The publishers alone write
+  510,000-840,000 msg/s (second row);
 - **sequencer-only merge**: with the input already on every node, three sequencers on
-  two cores merge 750,000-870,000 msg/s, nearly four times the end-to-end rate, so
+  two cores merge 670,000-980,000 msg/s, about four times the end-to-end rate, so
   merging is not what limits the end-to-end figure;
+- **raft runs on one event loop** (since ce7f625): pysyncobj is ticked by the
+  sequencer's asyncio loop and its TLS links are asyncio streams, where before a tick
+  thread, a sender thread and a reader thread per peer handed every message on to each
+  other. At 5,000 msg/s a leader's sequencer went from about 11,400 context switches
+  a second (8,200 voluntary) to about 3,300 (1,900), and the three sequencers from
+  90% to about 60% of a core in all.
+  Side by side with 020f8db, three alternating pairs of `rt bench cluster --runs 1
+  --measure latency --measure stages --measure throughput --messages 1000000` (load
+  average 4-10): latency p50 63, 95 and 68 ms against 104, 159 and 133; p99 112, 246
+  and 138 ms against 277, 942 and 880; 4-7 ms to a follower node's `in/` against
+  17-25 ms; end to end 269,000, 261,000 and 296,000 msg/s against 248,000, 266,000 and
+  249,000. Raft's journal syncs run in a worker thread (ab86e4c): made on the loop,
+  one could take 100-400 ms while the disk wrote back a full-speed run, heartbeats
+  waited as long, and followers started elections (two to five new terms in each
+  full-speed run of ce7f625-f2be67f; third row, 0 in two of three runs here, one run
+  at load 8-10 had 2). Latency side by side with the syncs on the loop (f2be67f),
+  three alternating pairs of `--measure latency` at load 7-9: p50 96, 112 and 120 ms
+  against 98, 86 and 93; p99 185, 289 and 339 ms against 224, 260 and 169: within
+  this machine's noise, perhaps 10-20% slower, for a leader that keeps its followers;
 - **failover** is a raft election: another node stands after an election timeout
   (`sequencer.raft_min_timeout_ms` 400 to `raft_max_timeout_ms` 1000 after the last
   heartbeat), wins the vote, and commits and writes its first merge, usually within
-  0.1 s of being elected. Single kills ranged from 0.48 to 2.11 s (15 kills), so a few
-  failovers take longer than 2 s although the median meets the target;
+  0.1 s of being elected. Single kills ranged from 0.48 to 0.89 s (15 kills);
 - **latency** is far above the target, and this design cannot reach 1 ms on this
   machine. A message passes five processes and a raft round: the push server writes it
   into the node's `in/`; each node's sequencer sees the change (inotify), syncs its
   copy and (followers) reports how far it holds each input; the leader proposes a range
   once a majority holds it and syncs its raft journal; each follower syncs its journal
-  before it answers; followers learn the commit from the next append; every node builds
-  and writes the range record, and the subscriber host copies a follower's merged log.
-  That is at least three syncs one after another (a node's input, the leader's journal,
-  a follower's journal), each 0.2-0.3 ms on this disk (p50 of `fdatasync` after a small
-  append), and six process hops. On an idle stream (one message every 50 ms) the whole
-  path takes 15-20 ms; timestamps in each sequencer's log gave, as medians: 1.7 ms to a
-  node's `in/`, 3.1 ms from the change to a follower's report leaving (its sync
-  included), 1.3 ms from the leader's planning step to its proposal (the leader's own
-  sync and reading the input), 3.6 ms from the proposal to the leader applying it (two
-  journal syncs and four thread hand-offs), 1.0 ms to the leader's merged log, 2.2 ms
-  from the leader's apply until a follower applies it and 0.5 ms until it is written
-  there, and 0.5 ms more to the subscriber's copy. At 5,000 msg/s the daemons need most
-  of both cores (from 1,000 msg/s up the sequencers take about a quarter of a core
-  each and the leader's half a core: each
-  cycle of watching, reporting, proposing and applying runs as often as the CPU allows
-  and carries whatever arrived meanwhile), so every hop also waits for a CPU. Stage by
-  stage at 5,000 msg/s (`--measure stages`, table): 14 ms p50 to a follower node's
-  `in/`, 40 ms to the leader's merged log, 73 ms to a follower's and 113 ms to the
-  subscriber's copy (four more reading processes than the latency runs);
-- **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 22-34
+  before it answers; every node builds and writes the range record, and the subscriber
+  host copies a follower's merged log. That is three syncs one after another (a node's
+  input, the leader's journal, a follower's journal; `fdatasync` after a 100-byte
+  append takes 0.16-0.17 ms p50 and 0.27-0.40 ms p99 on this disk, idle), five TLS
+  hops between processes and four inotify wake-ups, each hop a Python process that
+  must be scheduled: at least 1.5-2 ms with nothing else running. On a quiet stream
+  (20 msg/s, code at ab86e4c) the path takes 20 ms p50: 2.6 ms to a node's `in/`,
+  15.1 ms to the leader's merged log, 17.6 ms to a follower's and 19.9 ms to the
+  subscriber's copy; timestamps in each sequencer's log gave, as medians, 4.2 ms from
+  a change in `in/` to a follower's report leaving (its sync and a worker thread
+  included), 1.6 ms from the leader's planning step to its proposal (its own sync and
+  reading the input), 4.7 ms from the proposal to the leader applying it (two journal
+  syncs), 0.9 ms to the leader's merged log, 1.6 ms from the leader's apply until a
+  follower applies it and 0.5 ms until it is written there. At 5,000 msg/s the stream's
+  processes need most of both cores (from 1,000 msg/s up every cycle of watching,
+  reporting, proposing and applying runs as often as the CPU allows and carries
+  whatever arrived meanwhile), so each hop also waits for a CPU, shared here with other
+  people's test suites (load average 5-11). Stage by stage at 5,000 msg/s
+  (`--measure stages`, table): 8 ms p50 to a follower node's `in/`, 78 ms to the
+  leader's merged log, 96 ms to a follower's and 103 ms to the subscriber's copy (four
+  more reading processes than the latency runs); an hour earlier at e7a3591 and load
+  5-11: 4, 55, 66 and 69 ms, and latency p50 57 ms, p99 119 ms;
+- **memory**: a sequencer starts near 70 MB; over 10 million messages it grew by 17-34
   MB in the runs so far, nearly all of it in the first 5-6 million messages and flat
-  after that. That is under the 50 MB bound. The stream now keeps up with the memory
-  run's 50,000 msg/s (49,968 msg/s end to end; 29,280 before the compiled walk).
+  after that. That is under the 50 MB bound. The stream keeps up with the memory run's
+  50,000 msg/s.
 
 Problems this benchmark found, and where they were fixed:
 
@@ -534,5 +554,11 @@ Problems this benchmark found, and where they were fixed:
    proposed nothing while proposals of an earlier term were in flight, and pysyncobj
    never answers those; the planner now forgets them;
 3. **slow restarts** (fixed in c06b9aa): recovery of the newest merged file was
-   quadratic; a restarted sequencer is now back in step in seconds (table).
+   quadratic; a restarted sequencer is now back in step in seconds (table);
+4. **elections at full speed** (fixed in ab86e4c): with raft on the sequencer's event
+   loop, a journal sync made on that loop could take 100-400 ms while the disk wrote
+   back the run, and a planning step held a lock that the loop's report handling and
+   raft's callbacks waited for (fixed in f2be67f); heartbeats were late and followers
+   started elections. Both now run off the loop, and the loop's lateness is a metric
+   (`rt_sequencer_loop_lag_seconds`) and a warning in the log.
 """

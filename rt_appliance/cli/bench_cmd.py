@@ -519,7 +519,7 @@ What limits each figure:
   input, the leader's journal, a follower's journal; `fdatasync` after a 100-byte
   append takes 0.16-0.17 ms p50 and 0.27-0.40 ms p99 on this disk, idle), five TLS
   hops between processes and four inotify wake-ups, each hop a Python process that
-  must be scheduled: at least 1.5-2 ms with nothing else running. On a quiet stream
+  must be scheduled: an estimated 1.5-2 ms with nothing else running. On a quiet stream
   (20 msg/s, code at ab86e4c) the path takes 20 ms p50: 2.6 ms to a node's `in/`,
   15.1 ms to the leader's merged log, 17.6 ms to a follower's and 19.9 ms to the
   subscriber's copy; timestamps in each sequencer's log gave, as medians, 4.2 ms from

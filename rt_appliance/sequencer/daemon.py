@@ -244,6 +244,9 @@ class Sequencer:
         while True:
             if self.merger.failure is not None:  # the merger thread is gone: stop for a restart
                 raise RTError(f"sequencer {self.name}: {self.merger.halted}")
+            if self.raft.failure is not None:  # the journal cannot be trusted: likewise
+                failure = self.raft.failure
+                raise RTError(f"sequencer {self.name}: raft journal sync failed: {failure}")
             status = self.raft.status()
             m = self.metrics
             m.is_leader.set(1 if status.role == "leader" else 0)

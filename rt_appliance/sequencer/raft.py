@@ -84,7 +84,6 @@ _CONNECT_TIMEOUT_S = 3.0
 _ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
 _TICK_S = 0.01  # raft's timers are checked at least this often
 _HELD_MAX = 10_000  # messages waiting for a journal sync; beyond, they are dropped
-_SYNC_RETRY_S = 1.0  # a failed journal sync is tried again after this long
 
 
 # -- decoding: no globals, ever -------------------------------------------------------
@@ -405,12 +404,10 @@ class TlsTransport(Transport):  # type: ignore[misc]
         # messages waiting for a journal sync: (peer, frame, journal generation before it)
         self._held: collections.deque[tuple[_Peer, bytes, int]] = collections.deque()
         self._syncing = False
-        self.sync_failures = 0
         for node in other_nodes:
             self.addNode(node)
 
-    # pysyncobj's interface. The listener is started by :meth:`start` on the loop; until
-    # then sends fail, which raft treats as an unreachable peer.
+    # pysyncobj's interface. The listener is started by :meth:`listen` on the loop.
     def tryGetReady(self) -> None:
         return None
 
@@ -449,6 +446,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
         body = pickle.dumps(message, protocol=4)
         frame = _LENGTH.pack(len(body)) + body
         journal = self.link.journal()
+        if self.link.failure is not None:
+            return False
         if journal is None or (not journal.dirty and not self._held):
             return peer.send(frame)
         if len(self._held) >= _HELD_MAX:
@@ -459,7 +458,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
 
     def _sync_soon(self, journal: _SyncedJournal) -> None:
         """Start a sync of the journal in a worker thread, unless one is running."""
-        if self._syncing or self._closing:
+        if self._syncing or self._closing or self.link.failure is not None:
             return
         self._syncing = True
         generation, index, cuts, fd = journal.begin_sync()
@@ -479,11 +478,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             return
         exc = future.exception() if not future.cancelled() else RuntimeError("cancelled")
         if exc is not None:
-            self.sync_failures += 1
-            log.error(
-                "raft: syncing the journal failed (%s); nothing is sent until a sync works", exc
-            )
-            asyncio.get_running_loop().call_later(_SYNC_RETRY_S, self._sync_soon, journal)
+            self.link.fail(exc)  # nothing held is sent: the node stops
             return
         journal.end_sync(generation, index, cuts)
         while self._held and self._held[0][2] <= journal.synced:
@@ -603,6 +598,7 @@ class _Link:
         self.refusals: collections.Counter[str] = collections.Counter()
         self.on_refused: Callable[[str], None] | None = None
         self.kick: Callable[[], None] = lambda: None  # a tick soon: something happened
+        self.failure: BaseException | None = None  # a journal sync failed: the node must stop
 
     def name_of(self, node: Node) -> str:
         return self.by_address[node.id].name
@@ -615,11 +611,23 @@ class _Link:
     def journal(self) -> _SyncedJournal | None:
         return _JOURNALS.get(self.journal_path)
 
+    def fail(self, exc: BaseException) -> None:
+        """A journal sync failed. After a failed fsync the kernel may have dropped the
+        pages it could not write, so a later sync that succeeds proves nothing: the node
+        sends nothing more and stops, and restarts from what its journal holds."""
+        if self.failure is None:
+            self.failure = exc
+            log.critical("raft: syncing the journal failed (%s); this node stops", exc)
+
     def sync_journal_through(self, index: int) -> None:
         """Make sure raft entries up to ``index`` are on disk (syncing now if not yet)."""
         journal = self.journal()
         if journal is not None and journal.synced_index < index:
-            journal.sync()
+            try:
+                journal.sync()
+            except OSError as exc:
+                self.fail(exc)
+                raise
 
     def refused(self, what: str, detail: str) -> None:
         self.refusals[what] += 1
@@ -727,6 +735,11 @@ class RaftNode:
     @property
     def refusals(self) -> collections.Counter[str]:
         return self._link.refusals
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why raft cannot go on here (a failed journal sync), or None."""
+        return self._link.failure
 
     def set_refusal_hook(self, hook: Callable[[str], None]) -> None:
         self._link.on_refused = hook

@@ -2,7 +2,8 @@
 
 Threads: the asyncio loop runs raft (pysyncobj ticked by :meth:`RaftNode.run`, its
 TLS links, ``apply``), the control channel, the reporter and the watch of ``in/``;
-the merger has a thread of its own, and the planner steps in a worker thread.
+the merger has a thread of its own; the planner's steps and raft's journal syncs run
+in worker threads.
 Files of a node::
 
     <data_dir>/in/<topic>.<host>/   inputs (written by the push server)

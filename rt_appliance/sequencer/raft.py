@@ -550,8 +550,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 await self._read_frames(reader, node, name)
             except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
                 log.info("raft: connection from %s closed: %s", name, exc or "end of stream")
-        except asyncio.CancelledError:  # the node is stopping
-            pass
+        except asyncio.CancelledError:  # the node is stopping: end quietly
+            return
         finally:
             self._connections.discard(writer)
             writer.transport.abort()

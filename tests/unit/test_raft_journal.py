@@ -3,65 +3,74 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from rt_appliance.sequencer.raft import _fsync_and_close, _SyncedJournal
 
 
-def test_a_sync_covers_what_was_written_before_it_began(tmp_path: Path) -> None:
-    journal = _SyncedJournal(str(tmp_path / "raft.journal"))
+@pytest.fixture
+def journal(tmp_path: Path) -> Iterator[_SyncedJournal]:
+    opened = _SyncedJournal(str(tmp_path / "raft.journal"))
     try:
-        assert journal.dirty and journal.synced_index == 0
-        journal.add(b"a", 1, 1)
-        journal.add(b"b", 2, 1)
-        generation, index, cuts, fd = journal.begin_sync()
-        assert index == 2
-        journal.add(b"c", 3, 1)  # written while the sync runs (in a worker thread)
-        _fsync_and_close(fd)
-        journal.end_sync(generation, index, cuts)
-        assert journal.synced_index == 2  # not 3: it came after the sync began
-        assert journal.dirty and journal.synced == generation < journal.written
-        journal.sync()
-        assert not journal.dirty and journal.synced_index == 3
-        journal.sync()  # nothing changed: no sync
-        assert journal.syncs == 2
+        yield opened
     finally:
-        journal._destroy()
+        opened._destroy()
 
 
-def test_removed_entries_are_not_counted_as_synced(tmp_path: Path) -> None:
-    journal = _SyncedJournal(str(tmp_path / "raft.journal"))
-    try:
-        for idx in range(1, 6):
-            journal.add(b"x", idx, 1)
-        journal.sync()
-        assert journal.synced_index == 5
-        generation, index, cuts, fd = journal.begin_sync()
-        journal.deleteEntriesFrom(3)  # a divergent tail: entries 4 and 5 go
+def _sync_while(journal: _SyncedJournal, meanwhile: Callable[[], None]) -> int:
+    """A sync as raft runs it in a worker thread, with ``meanwhile`` done between its
+    start and its end; returns the raft index it began at."""
+    generation, index, cuts, fd = journal.begin_sync()
+    meanwhile()
+    _fsync_and_close(fd)
+    journal.end_sync(generation, index, cuts)
+    return index
+
+
+def test_a_sync_covers_what_was_written_before_it_began(journal: _SyncedJournal) -> None:
+    assert journal.dirty and journal.synced_index == 0
+    journal.add(b"a", 1, 1)
+    journal.add(b"b", 2, 1)
+    before = journal.written
+    # entry 3 is written while the sync runs (in a worker thread)
+    assert _sync_while(journal, lambda: journal.add(b"c", 3, 1)) == 2
+    assert journal.synced_index == 2  # not 3: it came after the sync began
+    assert journal.dirty and journal.synced == before < journal.written
+    journal.sync()
+    assert not journal.dirty and journal.synced_index == 3
+    journal.sync()  # nothing changed: no sync
+    assert journal.syncs == 2
+
+
+def test_removed_entries_are_not_counted_as_synced(journal: _SyncedJournal) -> None:
+    for idx in range(1, 6):
+        journal.add(b"x", idx, 1)
+    journal.sync()
+    assert journal.synced_index == 5
+
+    def cut_and_rewrite() -> None:  # a divergent tail: entries 4 and 5 go
+        journal.deleteEntriesFrom(3)
         assert journal.synced_index == 3 and journal.last_index() == 3
         journal.add(b"new leader's 4", 4, 2)
-        _fsync_and_close(fd)
-        journal.end_sync(generation, index, cuts)  # began before the cut: proves nothing new
-        assert journal.synced_index == 3
-        journal.sync()
-        assert journal.synced_index == 4
-        journal.clear()  # compaction rewrites what it keeps: on disk only after a sync
-        journal.add(b"kept", 4, 2)
-        assert journal.synced_index == 0 and journal.dirty
-        journal.sync()
-        assert journal.synced_index == 4
-    finally:
-        journal._destroy()
+
+    _sync_while(journal, cut_and_rewrite)  # began before the cut: proves nothing new
+    assert journal.synced_index == 3
+    journal.sync()
+    assert journal.synced_index == 4
+    journal.clear()  # compaction rewrites what it keeps: on disk only after a sync
+    journal.add(b"kept", 4, 2)
+    assert journal.synced_index == 0 and journal.dirty
+    journal.sync()
+    assert journal.synced_index == 4
 
 
-def test_the_descriptor_given_to_a_sync_is_its_own(tmp_path: Path) -> None:
-    journal = _SyncedJournal(str(tmp_path / "raft.journal"))
-    try:
-        *_, fd = journal.begin_sync()
-        os.fstat(fd)
-        _fsync_and_close(fd)  # closing it leaves the journal's own file open
-        journal.add(b"a", 1, 1)
-        journal.sync()
-        assert journal.synced_index == 1
-    finally:
-        journal._destroy()
+def test_the_descriptor_given_to_a_sync_is_its_own(journal: _SyncedJournal) -> None:
+    *_, fd = journal.begin_sync()
+    os.fstat(fd)
+    _fsync_and_close(fd)  # closing it leaves the journal's own file open
+    journal.add(b"a", 1, 1)
+    journal.sync()
+    assert journal.synced_index == 1

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test test-appliance package lint bench docs clean
 
 $(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +15,15 @@ demo: $(STAMP)
 	$(VENV)/bin/rt demo
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not container"
+
+# Boots real systemd in systemd-nspawn containers and installs the built .deb (root).
+test-appliance: $(STAMP) package
+	$(PY) -m pytest -m container tests/appliance
+
+# .deb and .rpm in dist/ (packaging/build.sh: a venv under /opt/rt-appliance, nfpm).
+package:
+	bash packaging/build.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rt_appliance tests

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-appliance package lint bench docs clean
+.PHONY: demo test test-appliance package units lint bench docs clean
 
 $(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# systemd/ (the units of etc/rt.yaml) and etc/rt.schema.json, after changing either's source.
+units: $(STAMP)
+	$(PY) -m rt_appliance.appliance.golden etc/rt.yaml systemd
+	$(VENV)/bin/rt config schema > etc/rt.schema.json
 
 docs: $(STAMP)
 	$(PY) -m rt_appliance.cli.docs > docs/CLI.md

@@ -10,6 +10,7 @@ import click
 from rt_appliance.certs import describe, init_for_config
 from rt_appliance.certs.authority import CA_DAYS, HOST_DAYS
 from rt_appliance.config import load_config
+from rt_appliance.errors import UsageError
 
 
 @click.group("certs")
@@ -71,6 +72,8 @@ def init(config_path: str, out: Path | None, days: int, ca_days: int, force: boo
     own two files to that host's tls.dir; ca.key stays offline.
     """
     config = load_config(config_path)
+    if out is None and "{name}" in config.tls.dir:
+        raise UsageError(f"tls.dir {config.tls.dir} differs per host: pass --out DIR")
     out_dir = out if out is not None else Path(config.tls.dir)
     written = init_for_config(config, out_dir, days=days, ca_days=ca_days, force=force)
     for path in written:

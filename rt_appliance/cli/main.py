@@ -12,6 +12,7 @@ import sys
 import click
 
 from rt_appliance import __version__
+from rt_appliance.cli.appliance_cmds import apply, config_group, validate
 from rt_appliance.cli.bench_cmd import bench
 from rt_appliance.cli.certs_cmds import certs
 from rt_appliance.cli.demo_cmd import demo
@@ -60,6 +61,9 @@ cli.add_command(pull_server)
 cli.add_command(pull_client)
 cli.add_command(sequencer)
 cli.add_command(status)
+cli.add_command(validate)
+cli.add_command(config_group)
+cli.add_command(apply)
 
 
 def main() -> None:

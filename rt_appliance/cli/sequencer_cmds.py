@@ -74,7 +74,7 @@ def _default_identity(config: StreamConfig) -> str:
     for host in config.all_hosts():
         if config.tls.key(host.name).exists():
             return host.name
-    raise UsageError(f"no host key found in {config.tls.dir}; pass --as HOST")
+    raise UsageError(f"no host key of this stream found (tls.dir {config.tls.dir}); pass --as HOST")
 
 
 async def _gather(config: StreamConfig, who: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rt_appliance.config.model import StreamConfig
+from rt_appliance.config.model import FieldProblem, StreamConfig
 from rt_appliance.errors import UsageError
 
 __all__ = ["ConfigError", "load_config", "parse_config"]
@@ -72,6 +72,9 @@ def parse_config(text: str, path: str = "<config>") -> StreamConfig:
         problems = []
         for err in exc.errors():
             loc: Loc = tuple(err["loc"])
+            cause = err.get("ctx", {}).get("error")
+            if isinstance(cause, FieldProblem):
+                loc = (*loc, *cause.loc)
             field = ".".join(str(p) for p in loc) or "(top level)"
             message = err["msg"].removeprefix("Value error, ")
             problems.append(f"{path}:{_line_of(loc, lines)}: {field}: {message}")

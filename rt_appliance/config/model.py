@@ -9,28 +9,55 @@ can describe several nodes sharing one machine.
 from __future__ import annotations
 
 import ipaddress
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from rt_appliance.errors import UsageError
 from rt_appliance.log.naming import validate_host, validate_topic
 from rt_appliance.sizes import parse_size
 
 __all__ = [
+    "ApplianceConfig",
+    "FieldProblem",
     "ArchiverConfig",
     "HostRole",
     "NodeConfig",
     "Ports",
     "PublisherHost",
     "ReplicationConfig",
+    "RoleUnitConfig",
     "SequencerConfig",
     "StreamConfig",
     "SubscriberHost",
     "TlsConfig",
+    "UnitsConfig",
 ]
+
+
+class FieldProblem(ValueError):
+    """A problem a model-level check found at ``loc``, a path below the model that raised it.
+
+    Checks that compare several fields run on the whole model, so pydantic locates
+    their errors at the model; ``load`` adds ``loc`` so the error names the field
+    and its YAML line.
+    """
+
+    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
 
 
 def _size(value: object) -> object:
@@ -42,7 +69,18 @@ def _size(value: object) -> object:
     return value
 
 
-Size = Annotated[int, BeforeValidator(_size), Field(ge=0)]
+# In the JSON Schema a size is a number of bytes or a string with a unit, as rt.yaml allows.
+_SIZE_SCHEMA = {
+    "anyOf": [
+        {"type": "integer", "minimum": 0},
+        {
+            "type": "string",
+            "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$",
+        },
+    ],
+    "description": "bytes: 4096, or with a unit: 64KiB, 4MiB, 1GiB (binary), 10kB, 10MB (decimal)",
+}
+Size = Annotated[int, BeforeValidator(_size), Field(ge=0), WithJsonSchema(_SIZE_SCHEMA)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 
 
@@ -97,6 +135,7 @@ class NodeConfig(_Model):
     advertised_host: str | None = None  # what clients are told (metadata); default: host
     advertised_pull_port: Port | None = None  # default: ports.pull
     data_dir: str | None = None  # default: the stream's data_dir
+    tls_dir: str | None = None  # this host's certificates; default: tls.dir
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _host = field_validator("host", "advertised_host")(
@@ -111,6 +150,7 @@ class PublisherHost(_Model):
     host: str = "127.0.0.1"  # its address (in its certificate; the push client's metrics bind it)
     topics: list[str] = Field(min_length=1)
     data_dir: str | None = None
+    tls_dir: str | None = None
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _host = field_validator("host")(classmethod(lambda cls, v: _check_address(v)))
@@ -134,6 +174,7 @@ class SubscriberHost(_Model):
     name: str
     host: str = "127.0.0.1"
     data_dir: str | None = None
+    tls_dir: str | None = None
     keep_pruned: bool = False  # keep files the archiver pruned on the nodes
     prefer: Literal["follower", "leader", "any"] = "follower"
 
@@ -142,18 +183,27 @@ class SubscriberHost(_Model):
 
 
 class TlsConfig(_Model):
-    """Where certificates live: ``<dir>/ca.crt``, ``<dir>/<host name>.crt`` and ``.key``."""
+    """Where certificates live: ``<dir>/ca.crt``, ``<dir>/<host name>.crt`` and ``.key``.
+
+    ``dir`` may contain ``{name}``; a host's own ``tls_dir`` overrides it (the stream
+    fills in those overrides when it is validated, so every lookup here is by host).
+    """
 
     dir: str = "/etc/rt/tls"
+    _host_dirs: dict[str, str] = PrivateAttr(default_factory=dict)
 
-    def ca(self) -> Path:
-        return Path(self.dir) / "ca.crt"
+    def dir_of(self, name: str) -> Path:
+        """The directory host ``name`` keeps its CA certificate, certificate and key in."""
+        return Path(self._host_dirs.get(name, self.dir).replace("{name}", name))
+
+    def ca(self, name: str) -> Path:
+        return self.dir_of(name) / "ca.crt"
 
     def cert(self, name: str) -> Path:
-        return Path(self.dir) / f"{name}.crt"
+        return self.dir_of(name) / f"{name}.crt"
 
     def key(self, name: str) -> Path:
-        return Path(self.dir) / f"{name}.key"
+        return self.dir_of(name) / f"{name}.key"
 
 
 class ReplicationConfig(_Model):
@@ -174,9 +224,11 @@ class ReplicationConfig(_Model):
     @model_validator(mode="after")
     def _backoff(self) -> ReplicationConfig:
         if self.reconnect_max_ms < self.reconnect_initial_ms:
-            raise ValueError("reconnect_max_ms must be at least reconnect_initial_ms")
+            raise FieldProblem(
+                ("reconnect_max_ms",), "reconnect_max_ms must be at least reconnect_initial_ms"
+            )
         if not 64 << 10 <= self.max_frame_bytes <= 64 << 20:
-            raise ValueError("max_frame_bytes must be between 64KiB and 64MiB")
+            raise FieldProblem(("max_frame_bytes",), "max_frame_bytes must be 64KiB..64MiB")
         return self
 
 
@@ -197,13 +249,23 @@ class SequencerConfig(_Model):
     @model_validator(mode="after")
     def _timeouts(self) -> SequencerConfig:
         if self.raft_max_timeout_ms <= self.raft_min_timeout_ms:
-            raise ValueError("raft_max_timeout_ms must be above raft_min_timeout_ms")
+            raise FieldProblem(
+                ("raft_max_timeout_ms",), "raft_max_timeout_ms must be above raft_min_timeout_ms"
+            )
         if self.raft_min_timeout_ms <= 3 * self.append_entries_period_ms:
-            raise ValueError("raft_min_timeout_ms must exceed 3 x append_entries_period_ms")
+            raise FieldProblem(
+                ("raft_min_timeout_ms",),
+                "raft_min_timeout_ms must exceed 3 x append_entries_period_ms",
+            )
         if not 1 << 20 <= self.merged_roll_bytes <= 1 << 30:
-            raise ValueError("merged_roll_bytes must be between 1MiB and 1GiB")
+            raise FieldProblem(
+                ("merged_roll_bytes",), "merged_roll_bytes must be between 1MiB and 1GiB"
+            )
         if not 4 << 10 <= self.max_range_bytes <= self.merged_roll_bytes // 4:
-            raise ValueError("max_range_bytes must be between 4KiB and merged_roll_bytes / 4")
+            raise FieldProblem(
+                ("max_range_bytes",),
+                "max_range_bytes must be between 4KiB and merged_roll_bytes / 4",
+            )
         return self
 
 
@@ -215,6 +277,54 @@ class ArchiverConfig(_Model):
     max_disk_usage_percent: Annotated[float, Field(gt=0, le=100)] = 90  # of the data filesystem
     interval_ms: Annotated[int, Field(ge=10)] = 5000  # how often the leader checks
     prune_inputs: bool = True  # delete in/ files once every record in them is merged
+
+
+class RoleUnitConfig(_Model):
+    """systemd resource settings of one role's unit (``rt apply``)."""
+
+    watchdog_s: Annotated[int, Field(ge=2, le=3600)] = 10  # WatchdogSec: no ping this long, restart
+    memory_max: Size | None = None  # MemoryMax: the unit's memory ceiling; unset: no limit
+    cpu_weight: Annotated[int, Field(ge=1, le=10_000)] = 100  # CPUWeight: share of CPU under load
+
+
+def _role(memory_max: int, cpu_weight: int = 100) -> RoleUnitConfig:
+    return RoleUnitConfig(memory_max=memory_max, cpu_weight=cpu_weight)
+
+
+class UnitsConfig(_Model):
+    """Per-role unit settings; every role has its own defaults."""
+
+    push_server: RoleUnitConfig = _role(1 << 30, cpu_weight=200)
+    sequencer: RoleUnitConfig = _role(2 << 30, cpu_weight=300)
+    pull_server: RoleUnitConfig = _role(1 << 30)
+    push_client: RoleUnitConfig = _role(512 << 20)
+    pull_client: RoleUnitConfig = _role(512 << 20)
+
+
+class ApplianceConfig(_Model):
+    """How ``rt apply`` installs the stream on a host: the user, the install prefix, units."""
+
+    user: str = "rt"  # system user every unit runs as (the package creates it)
+    group: str = "rt"  # its group; publishing and subscribing applications join it
+    prefix: str = "/opt/rt-appliance"  # where the package installed rt: <prefix>/bin/rt
+    units: UnitsConfig = UnitsConfig()
+
+    @field_validator("user", "group")
+    @classmethod
+    def _account(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", value):
+            raise ValueError(
+                f"{value!r} is not a valid system account name "
+                "(lower-case letters, digits, '_', '-'; at most 32)"
+            )
+        return value
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value.startswith("/") or any(c.isspace() for c in value):
+            raise ValueError(f"prefix must be an absolute path without spaces, got {value!r}")
+        return value.rstrip("/") or "/"
 
 
 class StreamConfig(_Model):
@@ -231,6 +341,7 @@ class StreamConfig(_Model):
     replication: ReplicationConfig = ReplicationConfig()
     sequencer: SequencerConfig = SequencerConfig()
     archiver: ArchiverConfig = ArchiverConfig()
+    appliance: ApplianceConfig = ApplianceConfig()
 
     _stream = field_validator("stream")(classmethod(lambda cls, v: _check_stream(v)))
 
@@ -253,21 +364,62 @@ class StreamConfig(_Model):
 
     @model_validator(mode="after")
     def _unique(self) -> StreamConfig:
-        names = [h.name for h in self.all_hosts()]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(
-                f"host names must be unique across nodes, publishers and subscribers: {dupes}"
-            )
-        node_addrs = [n.host for n in self.nodes]
-        if len(set(node_addrs)) != len(node_addrs):
-            raise ValueError("two nodes have the same host address")
+        seen: set[str] = set()
+        for loc, host in self._located_hosts():
+            if host.name in seen:
+                raise FieldProblem(
+                    (*loc, "name"),
+                    f"host name {host.name!r} is used twice: names are unique across "
+                    "nodes, publishers and subscribers",
+                )
+            seen.add(host.name)
+        addresses: set[str] = set()
+        for i, node in enumerate(self.nodes):
+            if node.host in addresses:
+                raise FieldProblem(
+                    ("nodes", i, "host"), f"two nodes have the same host address {node.host}"
+                )
+            addresses.add(node.host)
         return self
+
+    @model_validator(mode="after")
+    def _paths(self) -> StreamConfig:
+        for loc, host in self._located_hosts():
+            for key in ("data_dir", "tls_dir"):
+                value = getattr(host, key)
+                if value is not None and not value.startswith("/"):
+                    raise FieldProblem((*loc, key), f"must be an absolute path, got {value!r}")
+        if not self.data_dir.startswith("/"):
+            raise FieldProblem(("data_dir",), f"must be an absolute path, got {self.data_dir!r}")
+        if not self.tls.dir.startswith("/"):
+            raise FieldProblem(("tls", "dir"), f"must be an absolute path, got {self.tls.dir!r}")
+        # Every lookup of a host's certificates goes through tls; give it the overrides.
+        tls = self.tls.model_copy()
+        tls._host_dirs = {h.name: h.tls_dir for h in self.all_hosts() if h.tls_dir is not None}
+        object.__setattr__(self, "tls", tls)
+        return self
+
+    def _located_hosts(
+        self,
+    ) -> list[tuple[tuple[str, int], NodeConfig | PublisherHost | SubscriberHost]]:
+        return [
+            *((("nodes", i), h) for i, h in enumerate(self.nodes)),
+            *((("publishers", i), h) for i, h in enumerate(self.publishers)),
+            *((("subscribers", i), h) for i, h in enumerate(self.subscribers)),
+        ]
 
     # -- lookups ------------------------------------------------------------------------
 
     def all_hosts(self) -> list[NodeConfig | PublisherHost | SubscriberHost]:
         return [*self.nodes, *self.publishers, *self.subscribers]
+
+    def host(self, name: str) -> NodeConfig | PublisherHost | SubscriberHost:
+        """The node, publisher or subscriber host called ``name``."""
+        for host in self.all_hosts():
+            if host.name == name:
+                return host
+        known = ", ".join(h.name for h in self.all_hosts())
+        raise UsageError(f"host {name!r} is not in stream {self.stream} (hosts: {known})")
 
     def role_of(self, name: str) -> HostRole | None:
         if any(n.name == name for n in self.nodes):
@@ -304,9 +456,6 @@ class StreamConfig(_Model):
 
     def data_dir_of(self, host: NodeConfig | PublisherHost | SubscriberHost) -> Path:
         return Path((host.data_dir or self.data_dir).replace("{name}", host.name))
-
-    def tls_for(self) -> TlsConfig:
-        return self.tls
 
     @staticmethod
     def _names(hosts: list[NodeConfig] | list[PublisherHost] | list[SubscriberHost]) -> str:

@@ -29,7 +29,7 @@ def _context(purpose: int, tls: TlsConfig, name: str) -> ssl.SSLContext:
     ctx.check_hostname = False  # identity is checked by name against the config instead
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_TICKET
     ctx.verify_flags |= ssl.VERIFY_X509_STRICT
-    cert, key, ca = tls.cert(name), tls.key(name), tls.ca()
+    cert, key, ca = tls.cert(name), tls.key(name), tls.ca(name)
     try:
         ctx.load_verify_locations(cafile=str(ca))
         ctx.load_cert_chain(certfile=str(cert), keyfile=str(key))
@@ -37,7 +37,7 @@ def _context(purpose: int, tls: TlsConfig, name: str) -> ssl.SSLContext:
         missing = [str(p) for p in (ca, cert, key) if not Path(p).exists()]
         hint = f" (missing: {', '.join(missing)}; run `rt certs init`)" if missing else ""
         raise TransportError(
-            f"cannot load TLS files for {name} from {tls.dir}: {exc}{hint}"
+            f"cannot load TLS files for {name} from {tls.dir_of(name)}: {exc}{hint}"
         ) from exc
     return ctx
 

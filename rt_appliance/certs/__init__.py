@@ -12,7 +12,7 @@ from rt_appliance.certs.describe import (
     load_private_key,
     peer_name,
 )
-from rt_appliance.certs.files import host_addresses, init_for_config
+from rt_appliance.certs.files import host_addresses, init_for_config, issue_for_host
 
 __all__ = [
     "CertificateInfo",
@@ -21,6 +21,7 @@ __all__ = [
     "describe",
     "host_addresses",
     "init_for_config",
+    "issue_for_host",
     "issue_host_cert",
     "load_certificate",
     "load_private_key",

@@ -15,11 +15,12 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from rt_appliance.certs.authority import CA_DAYS, PrivateKey, create_ca, issue_host_cert
+from rt_appliance.certs.describe import load_certificate, load_private_key
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import CertificateError, UsageError
 from rt_appliance.log.segments import fsync_dir
 
-__all__ = ["host_addresses", "init_for_config"]
+__all__ = ["host_addresses", "init_for_config", "issue_for_host"]
 
 
 def host_addresses(config: StreamConfig, name: str) -> list[str]:
@@ -75,6 +76,39 @@ def init_for_config(
     except OSError as exc:
         raise CertificateError(f"cannot write certificates to {out_dir}: {exc}") from exc
     return [path for path, _, _ in contents]
+
+
+def issue_for_host(
+    config: StreamConfig, ca_dir: Path, name: str, out_dir: Path, *, days: int, force: bool
+) -> list[Path]:
+    """A new key and certificate for host ``name``, signed by the CA in ``ca_dir``.
+
+    For a host added to the stream, or a node rebuilt on new hardware, without a new
+    CA (``init_for_config`` would make one, and every host would need new files).
+    Writes ``<name>.crt``, ``<name>.key`` (mode 0600) and a copy of ``ca.crt``.
+    """
+    ca_cert = load_certificate(ca_dir / "ca.crt")
+    ca_key = load_private_key(ca_dir / "ca.key")
+    if ca_cert.public_key() != ca_key.public_key():
+        raise CertificateError(f"{ca_dir}/ca.key does not belong to {ca_dir}/ca.crt")
+    out_dir = Path(out_dir)
+    targets = [out_dir / f"{name}.crt", out_dir / f"{name}.key"]
+    existing = [str(p) for p in targets if p.exists()]
+    if existing and not force:
+        raise CertificateError(f"refusing to overwrite (use --force): {', '.join(existing)}")
+    key, cert = issue_host_cert(ca_key, ca_cert, name, host_addresses(config, name), days=days)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(targets[0], _cert_pem(cert), 0o644)
+        _write_atomic(targets[1], _key_pem(key), 0o600)
+        written = targets
+        if (out_dir / "ca.crt").resolve() != (ca_dir / "ca.crt").resolve():
+            _write_atomic(out_dir / "ca.crt", _cert_pem(ca_cert), 0o644)
+            written = [*targets, out_dir / "ca.crt"]
+        fsync_dir(out_dir)
+    except OSError as exc:
+        raise CertificateError(f"cannot write certificates to {out_dir}: {exc}") from exc
+    return written
 
 
 def _cert_pem(cert: x509.Certificate) -> bytes:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rt_appliance.certs import describe, init_for_config
+from rt_appliance.certs import describe, init_for_config, issue_for_host
 from rt_appliance.certs.authority import CA_DAYS, HOST_DAYS
 from rt_appliance.config import load_config
 from rt_appliance.errors import UsageError
@@ -83,6 +83,51 @@ def init(config_path: str, out: Path | None, days: int, ca_days: int, force: boo
         f"in {out_dir} (hosts valid {days} days, CA {ca_days} days)",
         err=True,
     )
+
+
+@certs.command("issue")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The stream configuration (rt.yaml) that names the host.",
+)
+@click.option("--host", "host_name", required=True, help="The host to issue for.")
+@click.option(
+    "--ca-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory holding the stream's ca.crt and ca.key (from `rt certs init`).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory to write into  [default: --ca-dir]",
+)
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    metavar="DAYS",
+    default=HOST_DAYS,
+    show_default=True,
+    help="Validity in days (cut short if it would outlive the CA).",
+)
+@click.option("--force", is_flag=True, help="Replace the host's existing certificate and key.")
+def issue(
+    config_path: str, host_name: str, ca_dir: Path, out: Path | None, days: int, force: bool
+) -> None:
+    """Make a key and certificate for one host, signed by the stream's existing CA.
+
+    For a host added to the configuration, or a node rebuilt after a failure:
+    no other host needs new files. Writes <host>.crt, <host>.key (mode 0600)
+    and, if --out is another directory, a copy of ca.crt.
+    """
+    config = load_config(config_path)
+    out_dir = out if out is not None else ca_dir
+    for path in issue_for_host(config, ca_dir, host_name, out_dir, days=days, force=force):
+        click.echo(str(path))
 
 
 @certs.command("show")

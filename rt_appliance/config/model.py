@@ -31,8 +31,8 @@ from rt_appliance.sizes import parse_size
 
 __all__ = [
     "ApplianceConfig",
-    "FieldProblem",
     "ArchiverConfig",
+    "FieldProblem",
     "HostRole",
     "NodeConfig",
     "Ports",

@@ -231,3 +231,26 @@ def test_a_service_user_that_does_not_exist_is_refused(
     init_for_config(parse_config(text), open_dir / "tls", days=30, force=False)
     code, _, err = run_rt(["validate", str(config), "--host", "pub-1"], capsys)
     assert code == 2 and "service user 'no-such-user' does not exist" in err
+
+
+def test_a_host_certificate_issued_later_by_the_same_ca_is_accepted(
+    host_root: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node rebuilt after a failure gets new files from the stream's CA; nobody else does."""
+    config, root = host_root
+    tls = root / "etc/rt/tls"
+    old = (tls / "rt-1.crt").read_bytes()
+    (tls / "rt-1.crt").unlink()
+    (tls / "rt-1.key").unlink()
+    assert apply(capsys, config, root)[0] == 2
+    code, out, _ = run_rt(
+        ["certs", "issue", "--config", str(config), "--host", "rt-1", "--ca-dir", str(tls)], capsys
+    )
+    assert code == 0 and out.split() == [str(tls / "rt-1.crt"), str(tls / "rt-1.key")]
+    assert (tls / "rt-1.crt").read_bytes() != old
+    assert stat.S_IMODE((tls / "rt-1.key").stat().st_mode) == 0o600
+    assert apply(capsys, config, root)[0] == 0
+    code, _, err = run_rt(
+        ["certs", "issue", "--config", str(config), "--host", "rt-1", "--ca-dir", str(tls)], capsys
+    )
+    assert code == 1 and "refusing to overwrite" in err

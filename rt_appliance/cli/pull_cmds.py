@@ -49,7 +49,7 @@ def pull_server(config_path: Path, node: str, metrics_port: int | None) -> None:
             await server.stop()
 
     serve_metrics(metrics.registry, host, port)
-    run_daemon(f"pull-server {node}", main)
+    run_daemon(f"pull-server {node}", main, server)
 
 
 @click.command("pull-client")
@@ -82,4 +82,4 @@ def pull_client(config_path: Path, host_name: str, metrics_port: int | None) -> 
     except BaseException:
         client.replica.close()
         raise
-    run_daemon(f"pull-client {host_name}", client.run)
+    run_daemon(f"pull-client {host_name}", client.run, client)

@@ -28,7 +28,7 @@ def push_server(config_path: Path, node: str, metrics_port: int | None) -> None:
     server = PushServer(config, node)
     port = config.ports.push_server_metrics if metrics_port is None else metrics_port
     serve_metrics(server.metrics.registry, config.node(node).host, port)
-    run_daemon(f"push-server {node}", server.run)
+    run_daemon(f"push-server {node}", server.run, server)
 
 
 @click.command("push-client")
@@ -56,4 +56,4 @@ def push_client(
     client = PushClient(config, host_name, list(topics) or None)
     port = config.ports.push_client_metrics if metrics_port is None else metrics_port
     serve_metrics(client.metrics.registry, config.publisher(host_name).host, port)
-    run_daemon(f"push-client {host_name}", client.run)
+    run_daemon(f"push-client {host_name}", client.run, client)

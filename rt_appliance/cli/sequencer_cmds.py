@@ -39,7 +39,7 @@ def sequencer(config_path: Path, node: str, metrics_port: int | None) -> None:
 
     config = load_config(config_path)
     daemon = Sequencer(config, node, metrics_port)
-    run_daemon(f"sequencer {node}", daemon.run)
+    run_daemon(f"sequencer {node}", daemon.run, daemon)
 
 
 @click.command("status")

@@ -1,4 +1,4 @@
-"""Running a daemon: asyncio until SIGTERM or SIGINT, and its Prometheus endpoint."""
+"""Running a daemon: asyncio until SIGTERM or SIGINT, systemd's notify protocol, metrics."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
 
 __all__ = ["run_daemon", "serve_metrics"]
@@ -17,18 +18,42 @@ __all__ = ["run_daemon", "serve_metrics"]
 log = logging.getLogger(__name__)
 
 
-def run_daemon(name: str, main: Callable[[], Awaitable[None]]) -> None:
-    """Run ``main()`` until it returns, or until SIGTERM/SIGINT cancels it (a clean stop)."""
+def run_daemon(
+    name: str, main: Callable[[], Awaitable[None]], served: Served | None = None
+) -> None:
+    """Run ``main()`` until it returns, or until SIGTERM/SIGINT cancels it (a clean stop).
+
+    Under systemd, READY=1 goes out once ``served.ready`` is set (at once without
+    ``served``), and the watchdog and status task runs on this loop until the end.
+    """
+    notifier = Notifier()
 
     async def runner() -> None:
-        task = asyncio.current_task()
-        assert task is not None
         loop = asyncio.get_running_loop()
+        work = asyncio.ensure_future(main())
+
+        def stop() -> None:
+            notifier.stopping()
+            work.cancel()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop)
+        install_test_hooks(loop)
         log.info("%s starting", name)
-        with contextlib.suppress(asyncio.CancelledError):
-            await main()
+        status = served.status_line if served is not None else (lambda: "running")
+        pings = asyncio.create_task(keep_alive(notifier, status))
+        try:
+            if served is not None:
+                ready = asyncio.create_task(served.ready.wait())
+                await asyncio.wait({work, ready}, return_when=asyncio.FIRST_COMPLETED)
+                ready.cancel()
+            if not work.done():
+                notifier.ready(status())
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+        finally:
+            pings.cancel()
+            await asyncio.gather(pings, return_exceptions=True)
         log.info("%s stopped", name)
 
     asyncio.run(runner())

@@ -102,6 +102,13 @@ class PullClient:
         self._pruned_answers = 0  # nodes in a row that said our position was pruned
         self._failures = 0  # failed connections since the last PULL
         self._avoid: dict[str, float] = {}  # node -> until when (monotonic) it is tried last
+        self._pulling_from: str | None = None
+        self.ready = asyncio.Event()  # set once the first connection attempt is made
+
+    def status_line(self) -> str:
+        """One line for systemd's status: where the copy comes from and where it ends."""
+        source = f"pulling from {self._pulling_from}" if self._pulling_from else "connecting"
+        return f"{source}; copy ends at {self.replica.end.format()}"
 
     async def run(self) -> None:
         """Pull until cancelled; reconnects and fails over by itself."""
@@ -171,10 +178,13 @@ class PullClient:
             ) from exc
 
     async def _pull_from(self, target: Endpoint, backoff: Backoff) -> None:
-        conn, node = await connect(
-            target.host, target.port, self._context, self.config, self.host.name, "pull",
-            target.name,
-        )  # fmt: skip
+        try:
+            conn, node = await connect(
+                target.host, target.port, self._context, self.config, self.host.name, "pull",
+                target.name,
+            )  # fmt: skip
+        finally:
+            self.ready.set()
         try:
             set_keepalive(conn.writer)
             await conn.send(FrameType.METADATA, {})
@@ -191,9 +201,11 @@ class PullClient:
                 self.host.name, node, target.host, target.port, position.format(), position,
             )  # fmt: skip
             self.metrics.connected.labels(node).set(1)
+            self._pulling_from = node
             while True:
                 await self._on_frame(conn, *await conn.receive())
         finally:
+            self._pulling_from = None
             self.metrics.connected.labels(node).set(0)
             await conn.close()
 

@@ -114,6 +114,12 @@ class PullServer:
         self._server: asyncio.Server | None = None
         self._changes: DirectoryChanges | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._clients = 0  # connections being served
+        self.ready = asyncio.Event()  # set once listening
+
+    def status_line(self) -> str:
+        """One line for systemd's status: connections served."""
+        return f"serving {self.directory}: {self._clients} connection(s)"
 
     async def start(self) -> None:
         """Watch the directory (made if missing: the merger may not have started) and listen."""
@@ -126,6 +132,7 @@ class PullServer:
             await self._changes.close()
             raise
         log.info("%s serves %s on %s:%d", self.name, self.directory, host, port)
+        self.ready.set()
 
     async def stop(self) -> None:
         """Stop listening, end every connection, stop watching."""
@@ -168,6 +175,7 @@ class PullServer:
         set_keepalive(writer)
         self.metrics.accepted.inc()
         self.metrics.connections.inc()
+        self._clients += 1
         purpose = " to fetch" if fetcher else ""
         log.info("%s: %s connected from %s%s", self.name, conn.peer, address, purpose)
         try:
@@ -176,6 +184,7 @@ class PullServer:
             log.info("%s: %s (%s) disconnected: %s", self.name, conn.peer, address, exc)
         finally:
             self.metrics.connections.dec()
+            self._clients -= 1
             await conn.close()
 
     async def _converse(self, conn: Connection) -> None:

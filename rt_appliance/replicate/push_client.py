@@ -57,6 +57,18 @@ class PushClient:
         self._verified: dict[str, dict[tuple[int, int], int]] = {}  # dir -> file -> checked to
         self.metrics = PushMetrics("client")
         self._context = client_context(config.tls, host_name)
+        self._attempted: set[str] = set()  # slots that tried to connect at least once
+        self.ready = asyncio.Event()  # set once every slot has tried
+
+    def status_line(self) -> str:
+        """One line for systemd's status: which nodes hold a connection."""
+        held = ", ".join(sorted(self.connected)) or "none"
+        return f"connected to {len(self.connected)}/{len(self.config.nodes)} node(s) ({held})"
+
+    def _tried(self, slot: str) -> None:
+        self._attempted.add(slot)
+        if len(self._attempted) == len(self.config.nodes):
+            self.ready.set()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Replicate until ``stop`` is set (or, without one, until cancelled)."""
@@ -85,7 +97,10 @@ class PushClient:
         while not stop.is_set():
             name = node.name
             try:
-                conn, name = await self._connect(node)
+                try:
+                    conn, name = await self._connect(node)
+                finally:
+                    self._tried(node.name)
                 backoff.reset()
                 try:
                     await self._stream(conn, name, stop)

@@ -41,12 +41,20 @@ class PushServer:
         self.in_dir = config.data_dir_of(self.node) / "in"
         self.metrics = PushMetrics("server")
         self._replicas: dict[str, ReplicaDir] = {}
+        self._connections = 0  # publisher connections past the handshake
+        self.ready = asyncio.Event()  # set once listening, with every replica scanned
+
+    def status_line(self) -> str:
+        """One line for systemd's status: connections and replicas."""
+        return f"{self._connections} publisher connection(s), {len(self._replicas)} replica(s)"
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or, without one, until cancelled)."""
         context = server_context(self.config.tls, self.node.name)
         self._context = context
+        self._scan_replicas()
         server = await listen_before_tls(self.node.host, self.config.ports.push, self._handle)
+        self.ready.set()
         log.info(
             "push server %s listening on %s:%d, replicas in %s",
             self.node.name,
@@ -61,6 +69,25 @@ class PushServer:
             await server.wait_closed()
             for replica in self._replicas.values():
                 replica.close()
+
+    def _scan_replicas(self) -> None:
+        """Open (and recover) every replica already on disk, before accepting connections."""
+        if not self.in_dir.is_dir():
+            return
+        for path in sorted(self.in_dir.iterdir()):
+            if path.is_dir() and parse_publisher_dir(path.name) is not None:
+                try:
+                    self._replicas[path.name] = self._open_replica(path.name)
+                except RTError as exc:  # refused again, with the reason, when it is offered
+                    log.error("replica %s unusable: %s", path.name, exc)
+
+    def _open_replica(self, name: str) -> ReplicaDir:
+        replica = ReplicaDir(self.in_dir / name, fsync=self.config.replication.fsync != "never")
+        if replica.recovery is not None:
+            log.warning(
+                "replica %s: cut a torn tail of %d bytes", name, replica.recovery.lost_bytes
+            )
+        return replica
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = ":".join(str(part) for part in writer.get_extra_info("peername")[:2])
@@ -80,7 +107,11 @@ class PushServer:
                 reader, writer, self.config, self.node.name, {HostRole.PUBLISHER}
             )
             log.info("push connection from %s (%s)", conn.peer, address)
-            await self._serve(conn)
+            self._connections += 1
+            try:
+                await self._serve(conn)
+            finally:
+                self._connections -= 1
         except PeerRejectedError as exc:
             self.metrics.rejected.labels(reason=_reason(exc)).inc()
             log.warning("push connection from %s refused: %s", address, exc)
@@ -171,18 +202,12 @@ class PushServer:
         replica = self._replicas.get(name)
         if replica is None:
             try:
-                replica = ReplicaDir(
-                    self.in_dir / name, fsync=self.config.replication.fsync != "never"
-                )
+                replica = self._open_replica(name)
             except RTError as exc:
                 await conn.error(
                     f"replica {name} on {self.node.name} unusable: {exc}", retryable=False
                 )
                 raise
-            if replica.recovery is not None:
-                log.warning(
-                    "replica %s: cut a torn tail of %d bytes", name, replica.recovery.lost_bytes
-                )
             self._replicas[name] = replica
         return replica
 

@@ -125,6 +125,8 @@ class Sequencer:
         self.machine.listeners.append(self.wake)
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
+        # READY for systemd: the merged log was recovered above; raft must listen too.
+        self.ready = asyncio.Event()
 
     def wake(self) -> None:
         loop = self._loop
@@ -162,6 +164,7 @@ class Sequencer:
         log.info(
             "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
         )
+        tasks.append(asyncio.create_task(self._announce_ready(), name="ready"))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -174,6 +177,21 @@ class Sequencer:
             self.merger.stop()
             self.fetcher.close()
             self.merged.close()
+
+    async def _announce_ready(self) -> None:
+        await self.raft.wait_listening()
+        self.ready.set()
+
+    def status_line(self) -> str:
+        """One line for systemd's status, e.g. ``leader, term 3, merged seq 1200, 2 inputs``."""
+        raft = self.raft.status()
+        line = (
+            f"{raft.role}, term {raft.term}, merged seq {self.merged.seq}, "
+            f"{len(self.inputs.extents())} inputs"
+        )
+        if raft.role != "leader":
+            line += f", leader {raft.leader or 'unknown'}"
+        return line + (f", HALTED: {self.merger.halted}" if self.merger.halted else "")
 
     def _on_report(self, node: str, extents: dict[str, int]) -> None:
         self.planner.report(node, extents)

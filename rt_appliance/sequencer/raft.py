@@ -399,6 +399,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self.timeout_s = link.timeout_s
         self._peers: dict[Node, _Peer] = {}
         self._server: asyncio.Server | None = None
+        self.listening = asyncio.Event()  # set once the raft port accepts connections
         self._connections: set[asyncio.StreamWriter] = set()
         self._closing = False
         # messages waiting for a journal sync: (peer, frame, journal generation before it)
@@ -515,6 +516,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
                     warned = time.monotonic() + 5.0
                 await asyncio.sleep(1.0)
         log.info("raft: listening on %s:%d (mutual TLS)", host, port)
+        self.listening.set()
 
     def node_up(self, node: Node) -> None:
         self._onNodeConnected(node)
@@ -696,6 +698,10 @@ class RaftNode:
         self._tick_pending = False
         self._tick_failures = 0
         self._next_failure_log = 0.0
+
+    async def wait_listening(self) -> None:
+        """Return once raft's port accepts connections."""
+        await self._transport.listening.wait()
 
     async def run(self) -> None:
         """Run raft on this event loop until cancelled: listen, dial every peer, and tick

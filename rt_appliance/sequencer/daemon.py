@@ -50,6 +50,19 @@ _WATCH_COALESCE_S = 0.001
 _LAG_PROBE_S = 0.05  # how often the event loop's lateness is sampled
 
 
+class _Total:
+    """A counter that follows a running total kept elsewhere (it only ever moves up)."""
+
+    def __init__(self, counter: Counter) -> None:
+        self.counter = counter
+        self._seen = 0
+
+    def follow(self, total: int) -> None:
+        if total > self._seen:
+            self.counter.inc(total - self._seen)
+            self._seen = total
+
+
 class _Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -71,13 +84,15 @@ class _Metrics:
             registry=r,
         )
         self.proposed = Counter("rt_sequencer_proposed", "Merges proposed (leader)", registry=r)
-        self.rejected = Gauge("rt_sequencer_rejected", "Instructions rejected by apply", registry=r)
-        self.halted = Gauge("rt_sequencer_halted", "1 while the merger cannot proceed", registry=r)
-        self.fetched = Gauge(
-            "rt_sequencer_fetched_inputs", "Merges built from peers' input", registry=r
+        self.rejected = _Total(
+            Counter("rt_sequencer_rejected", "Instructions rejected by apply", registry=r)
         )
-        self.copied = Gauge(
-            "rt_sequencer_copied_records", "Merged records copied from peers", registry=r
+        self.halted = Gauge("rt_sequencer_halted", "1 while the merger cannot proceed", registry=r)
+        self.fetched = _Total(
+            Counter("rt_sequencer_fetched_inputs", "Merges built from peers' input", registry=r)
+        )
+        self.copied = _Total(
+            Counter("rt_sequencer_copied_records", "Merged records copied from peers", registry=r)
         )
         self.refused = Counter(
             "rt_sequencer_refused",
@@ -85,7 +100,9 @@ class _Metrics:
             ["what"],
             registry=r,
         )
-        self.pruned = Gauge("rt_sequencer_pruned_files", "Merged files pruned here", registry=r)
+        self.pruned = _Total(
+            Counter("rt_sequencer_pruned_files", "Merged files pruned here", registry=r)
+        )
         self.disk = Gauge("rt_sequencer_disk_used_percent", "Data filesystem use", registry=r)
         self.loop_lag = Gauge(
             "rt_sequencer_loop_lag_seconds",
@@ -275,11 +292,11 @@ class Sequencer:
             m.merged_seq.set(self.merged.seq)
             m.committed_seq.set(self.machine.state.seq)
             m.merged_bytes.set(Position(self.merged.end).offset)
-            m.rejected.set(self.machine.state.rejected)
+            m.rejected.follow(self.machine.state.rejected)
             m.halted.set(1 if self.merger.halted else 0)
-            m.fetched.set(self.merger.fetched_inputs)
-            m.copied.set(self.merger.copied_records)
-            m.pruned.set(self.merger.pruned_files)
+            m.fetched.follow(self.merger.fetched_inputs)
+            m.copied.follow(self.merger.copied_records)
+            m.pruned.follow(self.merger.pruned_files)
             if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
                 await asyncio.to_thread(self._inputs)
                 await asyncio.to_thread(self._disk)

@@ -1,9 +1,11 @@
-"""``rt certs init`` and ``rt certs show``: the stream's mutual-TLS certificates."""
+"""``rt certs init``, ``issue`` and ``show``: the stream's mutual-TLS certificates."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -11,6 +13,8 @@ from rt_appliance.certs import describe, init_for_config, issue_for_host
 from rt_appliance.certs.authority import CA_DAYS, HOST_DAYS
 from rt_appliance.config import load_config
 from rt_appliance.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group("certs")
@@ -24,29 +28,39 @@ def certs() -> None:
     """
 
 
+def _config_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--config",
+        "config_path",
+        required=True,
+        type=click.Path(dir_okay=False),
+        help=help_text,
+    )
+
+
+def _out_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--out", type=click.Path(file_okay=False, path_type=Path), default=None, help=help_text
+    )
+
+
+def _days_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--days",
+        type=click.IntRange(min=1),
+        metavar="DAYS",
+        default=HOST_DAYS,
+        show_default=True,
+        help=help_text,
+    )
+
+
 @certs.command("init")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="The stream configuration (rt.yaml) whose nodes, publishers and subscribers get "
-    "certificates.",
+@_config_option(
+    "The stream configuration (rt.yaml) whose nodes, publishers and subscribers get certificates."
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory to write into (created if missing)  [default: the config's tls.dir]",
-)
-@click.option(
-    "--days",
-    type=click.IntRange(min=1),
-    metavar="DAYS",
-    default=HOST_DAYS,
-    show_default=True,
-    help="Validity of each host certificate, in days (cut short if it would outlive the CA).",
-)
+@_out_option("Directory to write into (created if missing)  [default: the config's tls.dir]")
+@_days_option("Validity of each host certificate, in days (cut short if it would outlive the CA).")
 @click.option(
     "--ca-days",
     type=click.IntRange(min=1),
@@ -86,13 +100,7 @@ def init(config_path: str, out: Path | None, days: int, ca_days: int, force: boo
 
 
 @certs.command("issue")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="The stream configuration (rt.yaml) that names the host.",
-)
+@_config_option("The stream configuration (rt.yaml) that names the host.")
 @click.option("--host", "host_name", required=True, help="The host to issue for.")
 @click.option(
     "--ca-dir",
@@ -100,20 +108,8 @@ def init(config_path: str, out: Path | None, days: int, ca_days: int, force: boo
     required=True,
     help="Directory holding the stream's ca.crt and ca.key (from `rt certs init`).",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory to write into  [default: --ca-dir]",
-)
-@click.option(
-    "--days",
-    type=click.IntRange(min=1),
-    metavar="DAYS",
-    default=HOST_DAYS,
-    show_default=True,
-    help="Validity in days (cut short if it would outlive the CA).",
-)
+@_out_option("Directory to write into  [default: --ca-dir]")
+@_days_option("Validity in days (cut short if it would outlive the CA).")
 @click.option("--force", is_flag=True, help="Replace the host's existing certificate and key.")
 def issue(
     config_path: str, host_name: str, ca_dir: Path, out: Path | None, days: int, force: bool

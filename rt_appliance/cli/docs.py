@@ -22,7 +22,11 @@ def render_cli_markdown() -> str:
 
     def walk(command: click.Command, path: list[str]) -> None:
         ctx = click.Context(
-            command, info_name=" ".join(path), max_content_width=100, terminal_width=100
+            command,
+            info_name=" ".join(path),
+            max_content_width=100,
+            terminal_width=100,
+            help_option_names=["-h", "--help"],  # as `rt` itself sets for every command
         )
         parts.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx)}\n```\n")
         if isinstance(command, click.Group):

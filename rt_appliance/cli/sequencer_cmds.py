@@ -53,11 +53,12 @@ def sequencer(config_path: Path, node: str, metrics_port: int | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
     """Show every node of the stream: role, term, commit index, merged position, digest,
-    lag per input and disk use.
+    lag per input, disk use and the holds of local consumers (the Spark pipeline).
 
     Asks each node's sequencer over the control channel (mutual TLS). Nodes at the
     same merged seq with the same digest hold byte-identical merged logs. Exit
-    status 1 if a node cannot be reached or its merger is halted.
+    status 1 if a node cannot be reached, its merger is halted, or a hold has a gap
+    (merged files pruned before the consumer committed them).
     """
     config = load_config(config_path)
     who = as_host or _default_identity(config)
@@ -66,8 +67,12 @@ def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
         click.echo(json.dumps(doc, indent=2))
     else:
         _print_table(doc)
-    if any(not n["reachable"] or n.get("halted") for n in doc["nodes"]):
+    if any(not n["reachable"] or n.get("halted") or _gaps(n) for n in doc["nodes"]):
         raise SystemExit(1)
+
+
+def _gaps(node: dict[str, Any]) -> list[str]:
+    return [h["gap"] for h in (node.get("holds") or {}).values() if h.get("gap")]
 
 
 def _default_identity(config: StreamConfig) -> str:
@@ -112,3 +117,7 @@ def _print_table(doc: dict[str, Any]) -> None:
         )
         if n.get("halted"):
             click.echo(f"{'':<12} merger halted: {n['halted']}")
+        for name, hold in (n.get("holds") or {}).items():
+            where = Position(hold["position"]).format()
+            line = f"{'':<12} hold {name}: at {where}, {hold['behind_bytes'] or 0} bytes behind"
+            click.echo(line + (f"; GAP: {hold['gap']}" if hold.get("gap") else ""))

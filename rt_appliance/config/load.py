@@ -12,7 +12,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from rt_appliance.config.model import FieldProblem, StreamConfig
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.config.types import FieldProblem
 from rt_appliance.errors import UsageError
 
 __all__ = ["ConfigError", "load_config", "parse_config"]

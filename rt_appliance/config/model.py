@@ -16,18 +16,17 @@ from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
+from rt_appliance.config.spark import SparkConfig
+from rt_appliance.config.types import FieldProblem, Port, Size
 from rt_appliance.errors import UsageError
 from rt_appliance.log.naming import validate_host, validate_topic
-from rt_appliance.sizes import parse_size
 
 __all__ = [
     "ApplianceConfig",
@@ -40,48 +39,12 @@ __all__ = [
     "ReplicationConfig",
     "RoleUnitConfig",
     "SequencerConfig",
+    "SparkConfig",
     "StreamConfig",
     "SubscriberHost",
     "TlsConfig",
     "UnitsConfig",
 ]
-
-
-class FieldProblem(ValueError):
-    """A problem a model-level check found at ``loc``, a path below the model that raised it.
-
-    Checks that compare several fields run on the whole model, so pydantic locates
-    their errors at the model; ``load`` adds ``loc`` so the error names the field
-    and its YAML line.
-    """
-
-    def __init__(self, loc: tuple[str | int, ...], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-
-
-def _size(value: object) -> object:
-    if isinstance(value, str):
-        try:
-            return parse_size(value)
-        except UsageError as exc:
-            raise ValueError(str(exc)) from None
-    return value
-
-
-# In the JSON Schema a size is a number of bytes or a string with a unit, as rt.yaml allows.
-_SIZE_SCHEMA = {
-    "anyOf": [
-        {"type": "integer", "minimum": 0},
-        {
-            "type": "string",
-            "pattern": r"^\s*[0-9]+(\.[0-9]+)?\s*([kKmMgGtT]([iI]?[bB])?|[bB])?\s*$",
-        },
-    ],
-    "description": "bytes: 4096, or with a unit: 64KiB, 4MiB, 1GiB (binary), 10kB, 10MB (decimal)",
-}
-Size = Annotated[int, BeforeValidator(_size), Field(ge=0), WithJsonSchema(_SIZE_SCHEMA)]
-Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class _Model(BaseModel):
@@ -342,6 +305,7 @@ class StreamConfig(_Model):
     sequencer: SequencerConfig = SequencerConfig()
     archiver: ArchiverConfig = ArchiverConfig()
     appliance: ApplianceConfig = ApplianceConfig()
+    spark: SparkConfig = SparkConfig()
 
     _stream = field_validator("stream")(classmethod(lambda cls, v: _check_stream(v)))
 

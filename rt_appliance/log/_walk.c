@@ -13,6 +13,15 @@
  * offsets are the records' offsets in buf, end is where the last one ends
  * (start if none). timestamps_ns and ids are lists with decode and verify,
  * None otherwise. Classifying where the walk stopped is left to the caller.
+ *
+ * columns(buf, start, limit, max_payload)
+ *     -> (count, offsets, timestamps_ns, ids, value_offsets, data, end, failed)
+ *
+ * The same walk, always verifying, for columnar readers (the Spark source): the
+ * records' offsets, timestamps and ids as packed native int64 arrays (bytes),
+ * their payloads copied back to back into data, and value_offsets (count + 1
+ * int32s) where each payload starts in data: Arrow's binary layout. Nothing is
+ * built per record, so numpy and pyarrow take the columns without a copy.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +41,25 @@ static inline int64_t le64(const unsigned char *p) {
     int64_t v;
     memcpy(&v, p, 8);
     return v;
+}
+
+/* One step of a walk: the payload length of the record at off, or -1 where the
+ * walk stops (the record is not wholly in the buffer or is too long), or -2 where
+ * it fails verification (CRC, or kind/flags/reserved not zero). */
+static inline Py_ssize_t step(const unsigned char *buf, Py_ssize_t n, Py_ssize_t off, int verify,
+                              Py_ssize_t max_payload) {
+    if (off > n - RECORD_HEADER)
+        return -1;
+    const unsigned char *rec = buf + off;
+    uint32_t length = le32(rec + 4);
+    if ((Py_ssize_t)length > max_payload || (Py_ssize_t)length > n - off - RECORD_HEADER)
+        return -1;
+    if (verify) {
+        uint32_t crc = (uint32_t)crc32(0L, rec + 4, (uInt)(RECORD_HEADER - 4 + length));
+        if (crc != le32(rec) || le32(rec + 8) != 0)
+            return -2;
+    }
+    return (Py_ssize_t)length;
 }
 
 static int append_int(PyObject *list, long long value) {
@@ -59,24 +87,18 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         goto error;
     Py_ssize_t off = start < 0 ? 0 : start, count = 0;
     int failed = 0;
-    while (count < limit && off <= n - RECORD_HEADER) {
-        const unsigned char *rec = buf + off;
-        uint32_t length = le32(rec + 4);
-        if ((Py_ssize_t)length > max_payload || (Py_ssize_t)length > n - off - RECORD_HEADER)
+    while (count < limit) {
+        Py_ssize_t length = step(buf, n, off, verify, max_payload);
+        if (length < 0) {
+            failed = length == -2;
             break;
-        if (verify) {
-            uint32_t crc = (uint32_t)crc32(0L, rec + 4, (uInt)(RECORD_HEADER - 4 + length));
-            if (crc != le32(rec) || le32(rec + 8) != 0) {
-                failed = 1;
-                break;
-            }
-            if (collect && (append_int(stamps, le64(rec + 12)) < 0 ||
-                            append_int(ids, le64(rec + 20)) < 0))
-                goto error;
         }
+        if (collect && (append_int(stamps, le64(buf + off + 12)) < 0 ||
+                        append_int(ids, le64(buf + off + 20)) < 0))
+            goto error;
         if (append_int(offsets, off) < 0)
             goto error;
-        off += RECORD_HEADER + (Py_ssize_t)length;
+        off += RECORD_HEADER + length;
         count++;
     }
     PyBuffer_Release(&view);
@@ -89,8 +111,74 @@ error:
     return NULL;
 }
 
+static PyObject *columns(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, limit, max_payload;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &limit, &max_payload))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    const Py_ssize_t n = view.len;
+    /* Pass 1: walk and verify, counting records and payload bytes. */
+    Py_ssize_t first = start < 0 ? 0 : start, off = first, count = 0, data_bytes = 0;
+    int failed = 0;
+    while (count < limit) {
+        Py_ssize_t length = step(buf, n, off, 1, max_payload);
+        if (length < 0) {
+            failed = length == -2;
+            break;
+        }
+        data_bytes += length;
+        off += RECORD_HEADER + length;
+        count++;
+    }
+    const Py_ssize_t end = off;
+    if (data_bytes > INT32_MAX) { /* Arrow's binary offsets are int32: callers bound chunks */
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "payloads of one call exceed 2 GiB");
+        return NULL;
+    }
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *stamps = PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *ids = PyBytes_FromStringAndSize(NULL, count * 8);
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *data = PyBytes_FromStringAndSize(NULL, data_bytes);
+    if (!offsets || !stamps || !ids || !starts || !data) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(stamps);
+        Py_XDECREF(ids);
+        Py_XDECREF(starts);
+        Py_XDECREF(data);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    /* Pass 2: the records are known good; copy their fields and payloads out. */
+    int64_t *o = (int64_t *)PyBytes_AS_STRING(offsets);
+    int64_t *t = (int64_t *)PyBytes_AS_STRING(stamps);
+    int64_t *d = (int64_t *)PyBytes_AS_STRING(ids);
+    int32_t *v = (int32_t *)PyBytes_AS_STRING(starts);
+    char *out = PyBytes_AS_STRING(data);
+    int32_t at = 0;
+    off = first;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *rec = buf + off;
+        uint32_t length = le32(rec + 4);
+        o[i] = off;
+        t[i] = le64(rec + 12);
+        d[i] = le64(rec + 20);
+        v[i] = at;
+        memcpy(out + at, rec + RECORD_HEADER, length);
+        at += (int32_t)length;
+        off += RECORD_HEADER + (Py_ssize_t)length;
+    }
+    v[count] = at;
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nNNNNNnO)", count, offsets, stamps, ids, starts, data, end,
+                         failed ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "Walk (and check) the whole records of a buffer."},
+    {"columns", columns, METH_VARARGS, "Walk and check records; their fields as packed columns."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -59,8 +59,13 @@ class LogCursor:
             return Position.ZERO
         return Position(self.file_base | self.reader.offset)
 
-    def next_block(self, limit: int, decode: bool = True, verify: bool = True) -> Block | None:
-        """The next block of up to ``limit`` records, or None when caught up for now."""
+    def next_block(
+        self, limit: int, decode: bool = True, verify: bool = True, columns: bool = False
+    ) -> Block | None:
+        """The next block of up to ``limit`` records, or None when caught up for now.
+
+        ``columns``: the records as packed columns (see :meth:`FileReader.read_block`).
+        """
         if self.reader is None:
             files = list_files(self.directory)
             if not files:
@@ -68,13 +73,13 @@ class LogCursor:
             self._open(files[0], 0)
         while True:
             assert self.reader is not None and self.file is not None
-            block = self.reader.read_block(limit, decode, verify)
+            block = self.reader.read_block(limit, decode, verify, columns)
             if block is not None:
                 return block
             later = self._later_file()
             if later is None:
                 return None
-            block = self.reader.read_block(limit, decode, verify)  # written just before the roll
+            block = self.reader.read_block(limit, decode, verify, columns)  # just before the roll
             if block is not None:
                 return block
             self._check_clean_end(later)

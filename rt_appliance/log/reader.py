@@ -27,7 +27,7 @@ from rt_appliance.log.format import (
     decode_file_header,
     decode_range,
 )
-from rt_appliance.log.scan import Scan, Stop, check_record, scan
+from rt_appliance.log.scan import Scan, Stop, check_record, scan, scan_columns
 
 __all__ = ["Block", "FileReader", "TailState", "find_valid_record", "read_header"]
 
@@ -120,7 +120,11 @@ class FileReader:
         return os.pread(self._fd, nbytes, offset)
 
     def read_block(
-        self, limit: int = MAX_BATCH_MESSAGES, decode: bool = True, verify: bool = True
+        self,
+        limit: int = MAX_BATCH_MESSAGES,
+        decode: bool = True,
+        verify: bool = True,
+        columns: bool = False,
     ) -> Block | None:
         """The next block of up to ``limit`` records, or None at the end of the valid data.
 
@@ -128,7 +132,8 @@ class FileReader:
         up records appended since (follow mode). ``verify`` False walks record
         boundaries without checking CRCs: the caller must check them. Bytes are
         read ``READ_CHUNK_BYTES`` at a time and kept, so a small ``limit`` does not
-        read the file many times.
+        read the file many times. ``columns`` gives the records as packed columns
+        (:func:`scan_columns`, always checked) instead of lists.
         """
         self.tail = None
         chunk = max(READ_CHUNK_BYTES, RECORD_HEADER.size)
@@ -141,15 +146,17 @@ class FileReader:
                 self._buf, self._buf_at = os.pread(self._fd, chunk, self.offset), self.offset
                 start, fresh = 0, True
             buf, base = self._buf, self._buf_at
-            records = scan(buf, start, limit, decode, verify)
-            if self.merged and records.offsets:
-                records = _clip(records, self._range_end - base)
-                if not records.offsets:  # the first record runs past the range's end
+            records = (
+                scan_columns(buf, start, limit)
+                if columns
+                else scan(buf, start, limit, decode, verify)
+            )
+            if self.merged and records.count:
+                _clip(records, self._range_end - base)
+                if not records.count:  # the first record runs past the range's end
                     raise CorruptLogError(str(self.path), self.offset, "range ends inside a record")
-            if records.offsets:
-                records.offsets = [base + o for o in records.offsets]
-                records.start += base
-                records.stop_offset += base
+            if records.count:
+                records.rebase(base)
                 self.offset = records.stop_offset
                 return Block(self._topic, self._host, records)
             if not fresh:  # the kept bytes ran out: read the file again from here
@@ -270,15 +277,7 @@ def _is_record(fd: int, buf: bytes, cand: int, base: int, size: int) -> bool:
     return check_record(os.pread(fd, end - cand, base + cand), 0)[2] == ""
 
 
-def _clip(records: Scan, room: int) -> Scan:
+def _clip(records: Scan, room: int) -> None:
     """Keep only the records that end inside the current merged-log range (``room`` bytes)."""
-    if records.stop_offset <= room:
-        return records
-    ends = [*records.offsets[1:], records.stop_offset]
-    keep = bisect.bisect_right(ends, room)
-    records.stop_offset = ends[keep - 1] if keep else records.start
-    del records.offsets[keep:]
-    records.timestamps_ns, records.ids = records.timestamps_ns[:keep], records.ids[:keep]
-    records.payloads = records.payloads[:keep]
-    records.stop = Stop.LIMIT
-    return records
+    if records.stop_offset > room:
+        records.head(bisect.bisect_right(records.ends(), room))

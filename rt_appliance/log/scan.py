@@ -26,7 +26,7 @@ try:
 except ImportError:  # built without a C compiler: the Python walk below
     _native = None
 
-__all__ = ["Scan", "Stop", "check_record", "scan"]
+__all__ = ["Columns", "Scan", "Stop", "check_record", "scan", "scan_columns"]
 
 _HEADER_BYTES = RECORD_HEADER.size
 _LENGTH = struct.Struct("<4xI")  # just the length field of a record header
@@ -87,8 +87,40 @@ class Stop(Enum):
 
 
 @dataclass(slots=True)
+class Columns:
+    """Records as packed columns, for columnar readers (the Spark source).
+
+    ``offsets``, ``timestamps_ns`` and ``ids`` are int64 arrays, one value per
+    record; ``data`` holds the payloads back to back and ``value_offsets`` (int32,
+    one more than the records) where each starts: Arrow's binary layout.
+    """
+
+    offsets: np.ndarray
+    timestamps_ns: np.ndarray
+    ids: np.ndarray
+    value_offsets: np.ndarray
+    data: bytes
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def head(self, count: int) -> Columns:
+        """The first ``count`` records."""
+        return Columns(
+            self.offsets[:count],
+            self.timestamps_ns[:count],
+            self.ids[:count],
+            self.value_offsets[: count + 1],
+            self.data,  # value_offsets say where the kept payloads end
+        )
+
+
+@dataclass(slots=True)
 class Scan:
-    """Records found back to back from ``start``; ``stop_offset`` is where scanning stopped."""
+    """Records found back to back from ``start``; ``stop_offset`` is where scanning stopped.
+
+    Either as lists (``offsets`` ...) or, from :func:`scan_columns`, as ``columns``.
+    """
 
     start: int
     offsets: list[int] = field(default_factory=list)
@@ -98,6 +130,39 @@ class Scan:
     stop: Stop = Stop.NEED_MORE
     stop_offset: int = 0
     reason: str = ""
+    columns: Columns | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.offsets) if self.columns is None else len(self.columns)
+
+    def rebase(self, base: int) -> None:
+        """Make offsets relative to ``base`` bytes earlier (buffer -> file offsets)."""
+        if base:
+            if self.columns is None:
+                self.offsets = [base + o for o in self.offsets]
+            else:
+                self.columns.offsets = self.columns.offsets + base
+            self.start += base
+            self.stop_offset += base
+
+    def ends(self) -> list[int] | np.ndarray:
+        """Where each record ends (the next one's offset, the last one's ``stop_offset``)."""
+        if self.columns is None:
+            return [*self.offsets[1:], self.stop_offset]
+        return np.append(self.columns.offsets[1:], np.int64(self.stop_offset))
+
+    def head(self, count: int) -> None:
+        """Keep only the first ``count`` records."""
+        ends = self.ends()
+        self.stop_offset = int(ends[count - 1]) if count else self.start
+        if self.columns is None:
+            del self.offsets[count:]
+            self.timestamps_ns, self.ids = self.timestamps_ns[:count], self.ids[:count]
+            self.payloads = self.payloads[:count]
+        else:
+            self.columns = self.columns.head(count)
+        self.stop = Stop.LIMIT
 
 
 def check_record(buf: bytes, offset: int) -> tuple[int, int, str]:
@@ -142,14 +207,7 @@ def scan(
         buf, start, limit, verify, decode, MAX_PAYLOAD_BYTES
     )
     result = Scan(start, offsets, stop_offset=end)
-    if failed or len(offsets) < limit:
-        kind, _, problem = check_record(buf, end)
-        if problem and problem != "incomplete":
-            result.stop, result.reason = Stop.BAD, problem
-        else:  # a valid range record stopped a checked walk; otherwise the buffer ended
-            result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.NEED_MORE
-    else:
-        result.stop = Stop.LIMIT
+    _classify_stop(result, buf, failed or len(offsets) < limit)
     if decode and verify and timestamps_ns is not None and ids is not None:
         result.timestamps_ns, result.ids = timestamps_ns, ids
         if payloads:
@@ -158,6 +216,54 @@ def scan(
                 buf[o + _HEADER_BYTES : e] for o, e in zip(offsets, ends, strict=True)
             ]
     return result
+
+
+def scan_columns(buf: bytes, start: int, limit: int) -> Scan:
+    """Scan and check up to ``limit`` message records of ``buf`` from ``start``, as columns.
+
+    Stops where :func:`scan` stops; the result's ``columns`` hold the records.
+    """
+    if _native is not None:
+        count, offsets, stamps, ids, starts, data, end, failed = _native.columns(
+            buf, start, limit, MAX_PAYLOAD_BYTES
+        )
+        columns = Columns(
+            np.frombuffer(offsets, dtype=np.int64),
+            np.frombuffer(stamps, dtype=np.int64),
+            np.frombuffer(ids, dtype=np.int64),
+            np.frombuffer(starts, dtype=np.int32),
+            data,
+        )
+    else:
+        offset_list, stamp_list, id_list, end, failed = _walk_python(
+            buf, start, limit, True, True, MAX_PAYLOAD_BYTES
+        )
+        count = len(offset_list)
+        ends = [*offset_list[1:], end]
+        payloads = [buf[o + _HEADER_BYTES : e] for o, e in zip(offset_list, ends, strict=True)]
+        sizes = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=count)
+        columns = Columns(
+            np.array(offset_list, dtype=np.int64),
+            np.array(stamp_list or [], dtype=np.int64),
+            np.array(id_list or [], dtype=np.int64),
+            np.concatenate(([0], np.cumsum(sizes))).astype(np.int32),
+            b"".join(payloads),
+        )
+    result = Scan(start, stop_offset=end, columns=columns)
+    _classify_stop(result, buf, failed or count < limit)
+    return result
+
+
+def _classify_stop(result: Scan, buf: bytes, stopped_early: bool) -> None:
+    """Say why a walk that ended at ``result.stop_offset`` stopped."""
+    if not stopped_early:
+        result.stop = Stop.LIMIT
+        return
+    kind, _, problem = check_record(buf, result.stop_offset)
+    if problem and problem != "incomplete":
+        result.stop, result.reason = Stop.BAD, problem
+    else:  # a valid range record stopped a checked walk; otherwise the buffer ended
+        result.stop = Stop.RANGE if not problem and kind == KIND_RANGE else Stop.NEED_MORE
 
 
 def _walk_python(

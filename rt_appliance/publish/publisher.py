@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from enum import Enum, StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rt_appliance.errors import DedupIdError, LogError, UsageError
 from rt_appliance.limits import (
@@ -31,6 +31,7 @@ from rt_appliance.log.format import FILE_KIND_PUBLISHER, encode_batch, encode_re
 from rt_appliance.log.naming import is_dedup_topic, publisher_dir_name
 from rt_appliance.log.recovery import TruncationReport
 from rt_appliance.log.writer import LogWriter
+from rt_appliance.payloads import encode_arrow
 from rt_appliance.position import Position
 from rt_appliance.publish.budget import DiskBudget, Drops, OnFull, check_budget
 
@@ -150,6 +151,17 @@ class Publisher:
             if self._sync_singles:
                 self._after_write(1, single=True)
         return position
+
+    def publish_arrow(
+        self, data: Any, *, timestamp_ns: int | None = None, id: int | None = None
+    ) -> Position:
+        """Append a pyarrow Table or RecordBatch, or a pandas DataFrame, as one message
+        (an Arrow IPC stream: :mod:`rt_appliance.payloads`); returns its position.
+
+        Subscribers read it back with ``message.arrow()``; the Spark source with
+        ``codec=arrow`` gives its rows as typed columns.
+        """
+        return self.publish(encode_arrow(data), timestamp_ns=timestamp_ns, id=id)
 
     def publish_batch(
         self,

@@ -5,6 +5,11 @@ Three rules, each optional but the last: files older than ``retention_minutes``
 ``max_log_bytes``, and the data filesystem above ``max_disk_usage_percent``. Only
 rolled files are pruned, never the newest. The leader evaluates the policy; raft
 commits the decision; every node prunes the same files.
+
+Holds (:mod:`rt_appliance.sequencer.holds`) cap the first two rules: no file a
+consumer on any node has not committed is pruned for age or size. The disk rule
+overrides them, since a full disk stops the whole stream; the reason then says so,
+and the consumer finds the gap when it next reads.
 """
 
 from __future__ import annotations
@@ -59,9 +64,16 @@ def disk_usage(path: Path) -> Disk:
 
 
 def decide(
-    files: list[MergedFile], now_ns: int, disk: Disk, policy: ArchiverConfig
+    files: list[MergedFile],
+    now_ns: int,
+    disk: Disk,
+    policy: ArchiverConfig,
+    hold_roll: int | None = None,
 ) -> tuple[int, str] | None:
-    """``(below, reason)``: prune rolls below ``below``; None when nothing is due."""
+    """``(below, reason)``: prune rolls below ``below``; None when nothing is due.
+
+    ``hold_roll`` is the oldest roll a hold still needs (:func:`holds.oldest_roll`).
+    """
     rolled = files[:-1]  # never the newest
     if not rolled:
         return None
@@ -78,11 +90,18 @@ def decide(
         if cut is not None:
             below = max(below, cut)
             reasons.append(f"merged log above {policy.max_log_bytes} bytes")
+    if hold_roll is not None and below > hold_roll:
+        below = max(rolled[0].roll, hold_roll)
+        reasons = [f"{r} (up to the hold at roll {hold_roll})" for r in reasons]
     limit = disk.total_bytes * policy.max_disk_usage_percent / 100
     cut = _oldest_until(rolled, int(disk.used_bytes - limit))
     if cut is not None and disk.used_bytes > limit:
         below = max(below, cut)
-        reasons.append(f"disk above {policy.max_disk_usage_percent:g}%")
+        reason = f"disk above {policy.max_disk_usage_percent:g}%"
+        if hold_roll is not None and cut > hold_roll:
+            reason += f", overriding the hold at roll {hold_roll}: rolls {hold_roll}..{cut - 1} "
+            reason += "are pruned before their consumer committed them"
+        reasons.append(reason)
     if not reasons or below <= rolled[0].roll:
         return None
     return below, "; ".join(reasons)

@@ -2,8 +2,10 @@
 
 Requests, each answered by one frame:
 
-* ``REPORT {"extents": {dir: position}}`` from a node's sequencer: how far it
-  durably holds each input. Only the leader takes reports; any other node answers
+* ``REPORT {"extents": {dir: position}, "holds": {name: position}}`` from a node's
+  sequencer: how far it durably holds each input, and the holds of its merged-log
+  consumers (:mod:`rt_appliance.sequencer.holds`; optional). Only the leader takes
+  reports; any other node answers
   ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader.
 * ``STATUS {}`` from any host of the stream (``rt status``): answered ``STATE``
   with this node's status.
@@ -42,7 +44,7 @@ class ControlServer:
         config: StreamConfig,
         node_name: str,
         leader: Callable[[], str | None],
-        on_report: Callable[[str, dict[str, int]], None],
+        on_report: Callable[[str, dict[str, int], dict[str, int]], None],
         status: Callable[[], dict[str, Any]],
         on_refused: Callable[[], None],
     ) -> None:
@@ -116,27 +118,39 @@ class ControlServer:
             await conn.send(FrameType.NOT_LEADER, {"leader": leader})
             return
         extents = require(fields, "extents", dict)
-        clean = {str(k): int(v) for k, v in extents.items() if isinstance(v, int) and v >= 0}
-        self.on_report(conn.peer, clean)
+        holds = fields.get("holds", {})
+        if not isinstance(holds, dict):
+            raise FrameError(f"frame field 'holds' is not an object: {holds!r}")
+        self.on_report(conn.peer, _positions(extents), _positions(holds))
         await conn.send(FrameType.STATE, {"leader": self.name})
 
 
+def _positions(fields: dict[str, Any]) -> dict[str, int]:
+    """The entries of a name -> position object that are positions."""
+    return {
+        str(k): v
+        for k, v in fields.items()
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
+    }
+
+
 class Reporter:
-    """A follower's task: send this node's extents to the leader, on change and periodically."""
+    """A follower's task: send this node's extents and holds to the leader, on change
+    and periodically. ``report`` gives the REPORT frame's fields."""
 
     def __init__(
         self,
         config: StreamConfig,
         node_name: str,
         leader: Callable[[], str | None],
-        extents: Callable[[], dict[str, int]],
+        report: Callable[[], dict[str, Any]],
         changed: asyncio.Event,
     ) -> None:
-        self.config, self.name, self.leader, self.extents, self.changed = (
+        self.config, self.name, self.leader, self.report, self.changed = (
             config,
             node_name,
             leader,
-            extents,
+            report,
             changed,
         )
         self._context = client_context(config.tls, node_name)
@@ -159,8 +173,8 @@ class Reporter:
                     if conn is not None:
                         await conn.close()
                     conn, target = await self._dial(leader), leader
-                extents = await asyncio.to_thread(self.extents)
-                await conn.send(FrameType.REPORT, {"extents": extents})
+                fields = await asyncio.to_thread(self.report)
+                await conn.send(FrameType.REPORT, fields)
                 frame_type, body = await asyncio.wait_for(conn.receive(), 5.0)
                 self.sent += 1
                 if frame_type == FrameType.NOT_LEADER:

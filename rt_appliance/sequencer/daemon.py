@@ -10,6 +10,7 @@ Files of a node::
     <data_dir>/merged/              the merged log (written by the merger)
     <data_dir>/raft/                raft journal and snapshot
     <data_dir>/log-history.jsonl    one line per archiver prune
+    <data_dir>/holds/<name>.json    how far a local consumer (the Spark pipeline) committed
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.replicate.topology import sequencer_file, write_sequencer_file
-from rt_appliance.sequencer import archiver
+from rt_appliance.sequencer import archiver, holds
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
@@ -142,6 +143,7 @@ class Sequencer:
         self.machine.listeners.append(self.wake)
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
+        self._peer_holds: dict[str, dict[str, int]] = {}  # leader: holds reported by nodes
         # READY for systemd: the merged log was recovered above; raft must listen too.
         self.ready = asyncio.Event()
 
@@ -167,7 +169,7 @@ class Sequencer:
         )
         await control.start()
         reporter = Reporter(
-            self.config, self.name, self.leader, self.inputs.extents, self._inputs_changed
+            self.config, self.name, self.leader, self._report_fields, self._inputs_changed
         )
         tasks = [
             asyncio.create_task(self.raft.run(), name="raft"),
@@ -210,9 +212,23 @@ class Sequencer:
             line += f", leader {raft.leader or 'unknown'}"
         return line + (f", HALTED: {self.merger.halted}" if self.merger.halted else "")
 
-    def _on_report(self, node: str, extents: dict[str, int]) -> None:
+    def _on_report(self, node: str, extents: dict[str, int], node_holds: dict[str, int]) -> None:
         self.planner.report(node, extents)
+        self._peer_holds[node] = node_holds
         self._wake.set()
+
+    def _report_fields(self) -> dict[str, Any]:
+        """What a follower reports to the leader: its input extents and consumer holds."""
+        own = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
+        return {"extents": self.inputs.extents(), "holds": own}
+
+    def _hold_roll(self) -> int | None:
+        """The oldest merged roll a consumer on any node still needs (leader)."""
+        positions = [int(h.position) for h in holds.read_holds(self.data_dir)]
+        for node, node_holds in self._peer_holds.items():
+            if node != self.name:
+                positions.extend(node_holds.values())
+        return holds.oldest_roll(positions)
 
     async def _watch_inputs(self) -> None:
         """Wake the reporter and the planner when an input grows (or one appears).
@@ -263,12 +279,16 @@ class Sequencer:
                 continue
             files = archiver.merged_files(self.merged.directory)
             disk = archiver.disk_usage(self.data_dir)
-            decision = archiver.decide(files, time.time_ns(), disk, policy)
+            hold_roll = await asyncio.to_thread(self._hold_roll)
+            decision = archiver.decide(files, time.time_ns(), disk, policy, hold_roll)
             committed = self.machine.committed()
             if decision is None or decision[0] <= committed.pruned_below:
                 continue
             below, reason = decision
-            log.info("archiver: proposing to prune merged rolls below %d (%s)", below, reason)
+            if hold_roll is not None and below > hold_roll:
+                log.error("archiver: proposing to prune merged rolls below %d (%s)", below, reason)
+            else:
+                log.info("archiver: proposing to prune merged rolls below %d (%s)", below, reason)
             done = asyncio.Event()
             self.raft.propose(Prune(below, reason, time.time_ns()).encode(), _setter(done))
             with contextlib.suppress(TimeoutError):
@@ -389,6 +409,7 @@ class Sequencer:
                 "used_percent": round(disk.percent, 1),
             },
             "refused": dict(self.raft.refusals),
+            "holds": holds.describe(holds.read_holds(self.data_dir), self.merged.directory),
         }
 
 

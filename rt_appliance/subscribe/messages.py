@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from rt_appliance.payloads import decode_arrow
 from rt_appliance.position import Position
 
 __all__ = ["Message", "MessageBatch"]
@@ -21,6 +23,10 @@ class Message:
     payload: bytes
     position: Position
     next_position: Position
+
+    def arrow(self) -> Any:
+        """The pyarrow Table this message carries (sent with ``Publisher.publish_arrow``)."""
+        return decode_arrow(self.payload)
 
 
 @dataclass(slots=True)

@@ -1,0 +1,120 @@
+"""The ``spark:`` section of ``rt.yaml``: the pipeline on every RT node, and scale-out.
+
+``rt spark-pipeline`` reads a node's merged log with the ``rt`` data source and
+writes Parquet; ``rt apply`` renders ``rt-spark-pipeline.service`` on every node
+when ``enabled``, and ``rt-spark-worker.service`` when ``worker.enabled``. Every
+key is documented in ``etc/rt.yaml`` and ``docs/CONFIG.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rt_appliance.config.types import FieldProblem, Port, Size
+
+__all__ = ["SparkConfig", "SparkWorkerConfig"]
+
+_TRANSFORM = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+_MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)\])?|spark://[\w.-]+:[0-9]{1,5}")
+_SPARK_URL = re.compile(r"spark://[\w.-]+:[0-9]{1,5}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SparkWorkerConfig(_Model):
+    """A standalone Spark worker on each node, advertising the ``rtlog`` resource."""
+
+    enabled: bool = False  # render rt-spark-worker.service on every node
+    master_url: str | None = None  # spark://host:port of the standalone master it joins
+    cores: Annotated[int, Field(ge=1, le=1024)] = 2  # cores it offers to executors
+    memory: Size = 2 << 30  # memory it offers to executors
+    port: Port = 7078  # the worker's RPC port
+    webui_port: Port = 8081  # its web UI
+
+    @field_validator("master_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not _SPARK_URL.fullmatch(value):
+            raise ValueError(f"master_url must be spark://host:port, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _needs_master(self) -> SparkWorkerConfig:
+        if self.enabled and self.master_url is None:
+            raise FieldProblem(("master_url",), "a worker needs master_url (spark://host:port)")
+        if self.memory < 256 << 20:
+            raise FieldProblem(("memory",), "memory must be at least 256MiB")
+        return self
+
+
+class SparkConfig(_Model):
+    """The Spark pipeline that turns a node's merged log into Parquet."""
+
+    enabled: bool = False  # render rt-spark-pipeline.service on every node
+    master: str = "local[*]"  # local[*] (on the node) or spark://host:port
+    transform: str | None = None  # "module:function" taking and returning a DataFrame
+    codec: Literal["raw", "json", "arrow"] = "raw"  # how the source decodes payloads
+    schema_ddl: str | None = Field(default=None, alias="schema")  # Spark DDL of the payload
+    topics: list[str] | None = None  # only these topics; default: all
+    output_dir: str | None = None  # Parquet; default <node data_dir>/spark/output
+    trigger_interval_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1000  # micro-batch period
+    max_bytes_per_trigger: Size = 64 << 20  # most merged-log bytes one micro-batch reads
+    memory: Size = 1 << 30  # the pipeline's driver memory (local mode: all of Spark's)
+    java_home: str | None = None  # JAVA_HOME for the units; default: Debian's Java 17
+    conf: dict[str, str] = Field(default_factory=dict)  # extra Spark settings, "spark.*"
+    worker: SparkWorkerConfig = SparkWorkerConfig()
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, value: str) -> str:
+        if not _MASTER.fullmatch(value):
+            raise ValueError(
+                f"master must be local, local[N], local[*] or spark://host:port, got {value!r}"
+            )
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _transform(cls, value: str | None) -> str | None:
+        if value is not None and not _TRANSFORM.fullmatch(value):
+            raise ValueError(f"transform must be module:function, got {value!r}")
+        return value
+
+    @field_validator("output_dir", "java_home")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+    @field_validator("conf")
+    @classmethod
+    def _conf(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not key.startswith("spark."):
+                raise ValueError(f"conf keys are Spark settings (spark.*), got {key!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _codec_schema(self) -> SparkConfig:
+        if self.codec == "json" and self.schema_ddl is None:
+            raise FieldProblem(("schema",), "codec json needs schema (a Spark DDL string)")
+        if self.max_bytes_per_trigger < 1 << 20:
+            raise FieldProblem(
+                ("max_bytes_per_trigger",), "max_bytes_per_trigger must be at least 1MiB"
+            )
+        if self.memory < 256 << 20:
+            raise FieldProblem(("memory",), "memory must be at least 256MiB")
+        return self
+
+    @property
+    def driver_memory(self) -> str:
+        """The memory setting as Spark spells it (``1024m``)."""
+        return f"{self.memory >> 20}m"

@@ -22,6 +22,7 @@ from rt_appliance.cli.pull_cmds import pull_client, pull_server
 from rt_appliance.cli.push_cmds import push_client, push_server
 from rt_appliance.cli.replication_cmds import replication
 from rt_appliance.cli.sequencer_cmds import sequencer, status
+from rt_appliance.cli.spark_cmds import spark_pipeline
 from rt_appliance.errors import RTError, UsageError
 
 
@@ -64,6 +65,7 @@ cli.add_command(status)
 cli.add_command(validate)
 cli.add_command(config_group)
 cli.add_command(apply)
+cli.add_command(spark_pipeline)
 
 
 def main() -> None:

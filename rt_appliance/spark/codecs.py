@@ -115,4 +115,4 @@ def _json_rows(payloads: pa.BinaryArray, schema: pa.Schema) -> list[pa.Array]:
         except (ValueError, TypeError, pa.ArrowException):
             rows.append(pa.array([None], struct))
     column = pa.concat_arrays(rows)
-    return [column.field(i) for i in range(len(schema))]
+    return list(column.flatten())  # flatten, unlike field(), keeps a null row null

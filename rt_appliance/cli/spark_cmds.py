@@ -1,0 +1,59 @@
+"""``rt spark-pipeline``: a node's merged log into Parquet with Spark, exactly once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from rt_appliance.cli.options import CONFIG
+from rt_appliance.config import load_config
+from rt_appliance.errors import UsageError
+
+SPARK_MISSING = (
+    "Spark is not installed here: install the rt-appliance-spark package "
+    "(or pip install 'rt-appliance[spark]') and Java 17 (apt-get install openjdk-17-jre-headless)"
+)
+
+
+@click.command("spark-pipeline")
+@CONFIG
+@click.option("--node", required=True, help="Name of this RT node (as in the config's nodes).")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Process what the merged log holds now (Trigger.AvailableNow), then exit.",
+)
+def spark_pipeline(config_path: Path, node: str, once: bool) -> None:
+    """Write this node's merged log to Parquet with Spark, exactly once across restarts.
+
+    Reads <data_dir>/merged with the `rt` data source as a stream, applies
+    spark.transform (module:function, DataFrame in and out), and appends Parquet
+    partitioned by topic and date to spark.output_dir (default
+    <data_dir>/spark/output), with Spark's checkpoint in <data_dir>/spark/checkpoint.
+    Spark runs as spark.master says (local[*] by default: on this node). The
+    committed position goes to <data_dir>/holds/spark-pipeline.json, so the
+    archiver keeps every merged file the pipeline has not committed, unless the
+    disk limit forces it; the pipeline then stops with an error naming the gap.
+    Runs until SIGTERM or SIGINT (or, with --once, until caught up); prints the
+    last micro-batch's progress as JSON. Needs Java 17. See docs/SPARK.md.
+    """
+    config = load_config(config_path)
+    config.node(node)  # a clear error for an unknown node, before Spark starts
+    try:
+        from rt_appliance.spark.pipeline import run_pipeline
+    except ImportError as exc:
+        raise UsageError(f"{SPARK_MISSING} ({exc})") from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    progress = run_pipeline(config, node, once, stop)
+    click.echo(json.dumps(progress, default=str))

@@ -1,0 +1,198 @@
+"""``rt spark-pipeline``: a node's merged log to Parquet, exactly once, with a checkpoint.
+
+On RT node ``node`` it reads ``<data_dir>/merged`` with the ``rt`` data source as a
+stream, applies the configured transform (``spark.transform``, ``module:function``,
+DataFrame in and out; none keeps the rows as they are), and appends Parquet to
+``spark.output_dir`` (default ``<data_dir>/spark/output``), partitioned by ``topic``
+and ``date`` (added from ``timestamp`` when the transform leaves none). Files of
+the node::
+
+    <data_dir>/spark/checkpoint/          Spark's offsets and commits: exactly once
+    <data_dir>/spark/output/              Parquet (read it with Spark: _spark_metadata)
+    <data_dir>/holds/spark-pipeline.json  the committed position, for the archiver
+
+Spark's file sink and the checkpoint make the output exactly once across restarts
+and kill -9: a batch logged but not committed is replayed with the same offsets.
+Under systemd it reports READY=1 once the query runs, then STATUS lines and
+watchdog pings while it does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.daemons.notify import Notifier
+from rt_appliance.errors import RTError, UsageError
+from rt_appliance.sequencer.holds import hold_path
+from rt_appliance.spark.java import find_java
+
+__all__ = ["HOLD_NAME", "PipelinePaths", "build_session", "paths_of", "run_pipeline"]
+
+log = logging.getLogger(__name__)
+
+HOLD_NAME = "spark-pipeline"
+_PARTITION_COLUMNS = ("topic", "date")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePaths:
+    merged: Path
+    output: Path
+    checkpoint: Path
+    hold: Path
+    scratch: Path
+
+
+def paths_of(config: StreamConfig, node: str) -> PipelinePaths:
+    data_dir = config.data_dir_of(config.node(node))
+    spark_dir = data_dir / "spark"
+    output = Path(config.spark.output_dir) if config.spark.output_dir else spark_dir / "output"
+    return PipelinePaths(
+        merged=data_dir / "merged",
+        output=output,
+        checkpoint=spark_dir / "checkpoint",
+        hold=hold_path(data_dir, HOLD_NAME),
+        scratch=spark_dir / "tmp",
+    )
+
+
+def load_transform(spec: str | None) -> Callable[[Any], Any] | None:
+    """The function ``module:function`` names; a clear error if it cannot be imported."""
+    if spec is None:
+        return None
+    module_name, _, function_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"spark.transform {spec!r}: cannot import {module_name}: {exc}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UsageError(f"spark.transform {spec!r}: {module_name} has no function {function_name}")
+    return function  # type: ignore[no-any-return]
+
+
+def build_session(config: StreamConfig, node: str, paths: PipelinePaths) -> Any:
+    """A SparkSession as the pipeline runs it (the ``rt`` source registered)."""
+    spark_config = config.spark
+    find_java(spark_config.java_home)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    paths.scratch.mkdir(parents=True, exist_ok=True)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(spark_config.master)
+        .appName(f"rt-pipeline {config.stream} {node}")
+        .config("spark.driver.memory", spark_config.driver_memory)
+        .config("spark.pyspark.python", sys.executable)
+        .config("spark.local.dir", str(paths.scratch))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+    )
+    if spark_config.master.startswith("spark://"):
+        builder = builder.config("spark.executor.resource.rtlog.amount", "1")
+    for key, value in spark_config.conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    import rt_appliance.spark
+
+    rt_appliance.spark.register(spark)
+    return spark
+
+
+def start_query(spark: Any, config: StreamConfig, paths: PipelinePaths, once: bool) -> Any:
+    """Start the streaming query: merged log -> transform -> Parquet."""
+    from pyspark.sql import functions as F
+
+    s = config.spark
+    reader = (
+        spark.readStream.format("rt")
+        .option("codec", s.codec)
+        .option("maxBytesPerTrigger", str(s.max_bytes_per_trigger))
+        .option("holdFile", str(paths.hold))
+    )
+    if s.schema_ddl is not None:
+        reader = reader.option("schema", s.schema_ddl)
+    if s.topics:
+        reader = reader.option("topics", ",".join(s.topics))
+    frame = reader.load(str(paths.merged))
+    transform = load_transform(s.transform)
+    if transform is not None:
+        frame = transform(frame)
+        if not hasattr(frame, "writeStream"):
+            raise UsageError(f"spark.transform {s.transform}: did not return a DataFrame")
+    if "date" not in frame.columns and "timestamp" in frame.columns:
+        frame = frame.withColumn("date", F.to_date("timestamp"))
+    writer = (
+        frame.writeStream.format("parquet")
+        .option("path", str(paths.output))
+        .option("checkpointLocation", str(paths.checkpoint))
+        .partitionBy(*[c for c in _PARTITION_COLUMNS if c in frame.columns])
+        .outputMode("append")
+        .queryName("rt_pipeline")
+    )
+    if once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{s.trigger_interval_ms} milliseconds")
+    return writer.start()
+
+
+def run_pipeline(
+    config: StreamConfig, node: str, once: bool, stop: threading.Event | None = None
+) -> dict[str, Any]:
+    """Run the pipeline until ``stop`` is set (or, ``once``, until caught up).
+
+    Returns what its last micro-batch did. A query that fails raises :class:`RTError`
+    with Spark's reason (a pruned gap, a corrupt record: the source's own message).
+    """
+    if not config.spark.enabled:
+        log.warning("spark.enabled is false in the configuration; running anyway")
+    paths = paths_of(config, node)
+    if not paths.merged.is_dir():
+        raise UsageError(f"{paths.merged}: no merged log on node {node} (is rt-sequencer running?)")
+    notifier = Notifier()
+    spark = build_session(config, node, paths)
+    stop = stop or threading.Event()
+    query = start_query(spark, config, paths, once)
+    notifier.ready(f"query running, output {paths.output}")
+    log.info("pipeline on %s: %s -> %s", node, paths.merged, paths.output)
+    every = notifier.watchdog_s or 1.0
+    try:
+        while not stop.is_set() and query.isActive:
+            query.awaitTermination(every)
+            notifier.watchdog()
+            notifier.status(_status_line(query))
+    finally:
+        if query.isActive:
+            notifier.stopping()
+            query.stop()
+    failure = query.exception()
+    if failure is not None:
+        raise RTError(f"the Spark pipeline failed: {_reason(failure)}")
+    return dict(query.lastProgress or {})
+
+
+def _status_line(query: Any) -> str:
+    progress = query.lastProgress or {}
+    rows = progress.get("numInputRows", 0)
+    end = (progress.get("sources") or [{}])[0].get("endOffset") or "-"
+    return f"batch {progress.get('batchId', '-')}, {rows} rows, at {end}"
+
+
+def _reason(failure: Any) -> str:
+    """The useful line of a Spark failure: the source's own error when there is one."""
+    text = str(getattr(failure, "desc", None) or failure)
+    for marker in ("PositionPrunedError: ", "CorruptLogError: ", "LogError: ", "UsageError: "):
+        if marker in text:
+            return text[text.index(marker) :].splitlines()[0]
+    return text.strip().splitlines()[0] if text.strip() else repr(failure)

@@ -20,6 +20,7 @@ watchdog pings while it does.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import sys
@@ -32,7 +33,8 @@ from typing import Any
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.notify import Notifier
 from rt_appliance.errors import RTError, UsageError
-from rt_appliance.sequencer.holds import hold_path
+from rt_appliance.position import Position
+from rt_appliance.sequencer.holds import hold_path, read_holds, write_hold
 from rt_appliance.spark.java import find_java
 
 __all__ = ["HOLD_NAME", "PipelinePaths", "build_session", "paths_of", "run_pipeline"]
@@ -172,14 +174,35 @@ def run_pipeline(
             query.awaitTermination(every)
             notifier.watchdog()
             notifier.status(_status_line(query))
+            _hold_committed(query, paths.hold)
     finally:
         if query.isActive:
             notifier.stopping()
             query.stop()
+        _hold_committed(query, paths.hold)
     failure = query.exception()
     if failure is not None:
         raise RTError(f"the Spark pipeline failed: {_reason(failure)}")
     return dict(query.lastProgress or {})
+
+
+def _hold_committed(query: Any, hold: Path) -> None:
+    """Move the hold to the end of the last committed micro-batch.
+
+    The source's ``commit`` does the same, but Spark calls it only when the next batch
+    starts, so the hold would trail by a batch (and the last one of a run, for ever).
+    Progress is reported once a batch is in the commit log.
+    """
+    progress = query.lastProgress or {}
+    sources = progress.get("sources") or []
+    end = sources[0].get("endOffset") if sources else None
+    if isinstance(end, str):
+        end = json.loads(end)
+    if isinstance(end, dict) and "position" in end:
+        position = Position.parse(end["position"])
+        found = {h.name: h.position for h in read_holds(hold.parent.parent)}
+        if found.get(HOLD_NAME) != position:
+            write_hold(hold, position)
 
 
 def _status_line(query: Any) -> str:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.sequencer.conftest import local_stream  # noqa: F401 (a fixture for these tests)
+
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:

@@ -185,6 +185,18 @@ def test_archiver_rules() -> None:
     assert decide(files[:1], now, Disk(1000, 999), ArchiverConfig()) is None
 
 
+def test_holds_cap_age_and_size_rules_but_not_the_disk_rule() -> None:
+    files = [MergedFile(r, r * 60_000_000_000, 100) for r in range(5)]
+    now, disk = 5 * 60_000_000_000, Disk(1000, 100)
+    old = ArchiverConfig(retention_minutes=2.5)  # alone it prunes below 3
+    below, reason = decide(files, now, disk, old, hold_roll=1) or (0, "")
+    assert below == 1 and "up to the hold at roll 1" in reason
+    assert decide(files, now, disk, old, hold_roll=0) is None  # nothing committed yet
+    assert (decide(files, now, disk, old, hold_roll=4) or (0, ""))[0] == 3  # hold is ahead
+    below, reason = decide(files, now, Disk(1000, 990), ArchiverConfig(), hold_roll=0) or (0, "")
+    assert below == 1 and "overriding the hold at roll 0" in reason  # a full disk wins
+
+
 def test_only_the_raft_module_imports_pysyncobj() -> None:
     import re
     from pathlib import Path

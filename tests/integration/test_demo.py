@@ -111,3 +111,21 @@ def test_interrupting_the_demo_stops_every_process(tmp_path: Path, sig: signal.S
         for pid in processes_mentioning(str(work)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.spark
+def test_demo_runs_the_spark_pipeline_and_counts_every_message(tmp_path: Path) -> None:
+    work = tmp_path / "demo"
+    args = ["demo", "--nodes", "1", "--duration", "4", "--free-ports", "--workdir", str(work)]
+    done = subprocess.run([*RT, *args], capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
+    summary = json.loads((work / "summary.json").read_text())
+    assert summary["spark"]["ran"] and summary["spark_rows"] == summary["published"] > 0
+    sample = summary["spark"]["vwap_sample"]
+    assert sample and {s["sym"] for s in sample} <= {"ABC", "XYZ", "KLM"}
+    trades = [s for s in sample if s["topic"] == "trades"]
+    assert all(98 <= s["vwap"] <= 102 and s["volume"] > 0 for s in trades)  # prices 98..102
+    assert "per-minute VWAP" in done.stdout
+    assert not processes_mentioning(str(work))

@@ -54,7 +54,7 @@ def decode_arrow(payload: bytes) -> pa.Table:
     pa = _pyarrow()
     try:
         with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
-            table: pa.Table = reader.read_all()
+            table = reader.read_all()
     except (pa.ArrowInvalid, OSError) as exc:
         raise UsageError(f"payload is not an Arrow IPC stream: {exc}") from None
     return table

@@ -29,7 +29,7 @@ Say = Callable[[str], None]
 def run_spark_step(config: StreamConfig, node: str, say: Say) -> dict[str, Any]:
     """Run the pipeline once on ``node``; what it wrote, for ``summary.json``."""
     spark_config = SparkConfig(
-        enabled=True, master="local[2]", codec="json", schema=TRADE_SCHEMA, memory=1 << 30
+        enabled=True, master="local[2]", codec="json", schema_ddl=TRADE_SCHEMA, memory=1 << 30
     )
     config = config.model_copy(update={"spark": spark_config})
     try:

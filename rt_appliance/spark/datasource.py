@@ -52,7 +52,7 @@ from rt_appliance.spark.read import read_slice
 __all__ = ["RtDataSource", "RtPartition"]
 
 
-class RtPartition(InputPartition):  # type: ignore[misc]
+class RtPartition(InputPartition):
     """One slice of one file: what a task reads."""
 
     directory: str
@@ -64,7 +64,7 @@ class RtPartition(InputPartition):  # type: ignore[misc]
         self.directory, self.start, self.end = directory, start, end
 
 
-class RtDataSource(DataSource):  # type: ignore[misc]
+class RtDataSource(DataSource):
     """``format("rt")``: rows of ``position, topic, host, timestamp, id`` and the payload."""
 
     @classmethod
@@ -104,7 +104,7 @@ def _partitions(options: SourceOptions, slices: Sequence[Slice]) -> list[RtParti
     return [RtPartition(directory, s.start, s.end) for s in slices]
 
 
-class RtBatchReader(DataSourceReader):  # type: ignore[misc]
+class RtBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options, self.codec = options, _codec(options, schema)
 
@@ -121,7 +121,7 @@ class RtBatchReader(DataSourceReader):  # type: ignore[misc]
         return _read(self.options, self.codec, partition)
 
 
-class RtStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class RtStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A micro-batch stream over a growing directory, with positions as offsets."""
 
     def __init__(self, options: SourceOptions, schema: StructType) -> None:

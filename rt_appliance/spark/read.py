@@ -46,7 +46,7 @@ class _Pending:
         assert columns is not None
         count = len(columns)
         # base has only session and roll bits, an offset only the low 30: + is |
-        self.positions.append(records.ends() + np.int64(base))
+        self.positions.append(np.asarray(records.ends(), dtype=np.int64) + np.int64(base))
         self.timestamps_ns.append(columns.timestamps_ns)
         self.ids.append(columns.ids)
         self.payloads.append(

@@ -55,5 +55,17 @@ def spark_pipeline(config_path: Path, node: str, once: bool) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
-    progress = run_pipeline(config, node, once, stop)
+    try:
+        progress = run_pipeline(config, node, once, stop)
+    finally:
+        _stop_spark()
     click.echo(json.dumps(progress, default=str))
+
+
+def _stop_spark() -> None:
+    """End the session (and its JVM) before exiting, not at interpreter teardown."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    if session is not None:
+        session.stop()

@@ -105,6 +105,18 @@ class _Metrics:
             Counter("rt_sequencer_pruned_files", "Merged files pruned here", registry=r)
         )
         self.disk = Gauge("rt_sequencer_disk_used_percent", "Data filesystem use", registry=r)
+        self.hold_behind = Gauge(
+            "rt_sequencer_hold_behind_bytes",
+            "Merged bytes after a local consumer's hold (the Spark pipeline's lag)",
+            ["hold"],
+            registry=r,
+        )
+        self.hold_gap = Gauge(
+            "rt_sequencer_hold_gap",
+            "1 when merged files a local consumer had not committed were pruned",
+            ["hold"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "rt_sequencer_loop_lag_seconds",
             "Longest the event loop (raft, control channel) was late over the last second",
@@ -320,6 +332,7 @@ class Sequencer:
             if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
                 await asyncio.to_thread(self._inputs)
                 await asyncio.to_thread(self._disk)
+                await asyncio.to_thread(self._holds)
                 next_gauges = time.monotonic() + 1.0
             if status.leader != self._leader_seen:
                 log.info(
@@ -369,6 +382,15 @@ class Sequencer:
             self.metrics.input_lag.labels(name).set(lag)
         return inputs
 
+    def _holds(self) -> dict[str, dict[str, object]]:
+        """Each local hold (``holds.describe``), also as gauges."""
+        found = holds.describe(holds.read_holds(self.data_dir), self.merged.directory)
+        for name, hold in found.items():
+            behind = hold["behind_bytes"]
+            self.metrics.hold_behind.labels(name).set(behind if isinstance(behind, int) else 0)
+            self.metrics.hold_gap.labels(name).set(1 if hold["gap"] else 0)
+        return found
+
     def _disk(self) -> archiver.Disk:
         disk = archiver.disk_usage(self.data_dir)
         self.metrics.disk.set(disk.percent)
@@ -409,7 +431,7 @@ class Sequencer:
                 "used_percent": round(disk.percent, 1),
             },
             "refused": dict(self.raft.refusals),
-            "holds": holds.describe(holds.read_holds(self.data_dir), self.merged.directory),
+            "holds": self._holds(),
         }
 
 

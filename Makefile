@@ -21,7 +21,8 @@ test: $(STAMP)
 test-appliance: $(STAMP) package
 	$(PY) -m pytest -m container tests/appliance
 
-# .deb and .rpm in dist/ (packaging/build.sh: a venv under /opt/rt-appliance, nfpm).
+# .deb and .rpm of rt-appliance and rt-appliance-spark in dist/ (packaging/build.sh: a venv
+# under /opt/rt-appliance, nfpm); RT_PKG_SPARK=0 make package skips the Spark package.
 package:
 	bash packaging/build.sh
 

@@ -1,9 +1,10 @@
 """Rendering a host's systemd units and files from the stream configuration (pure).
 
-Units come from ``templates/rt-role.service``, a :class:`string.Template` kept as
-package data; this module only computes the values that fill it. Nothing here
-touches the disk except reading the template: :mod:`rt_appliance.appliance.apply`
-decides what to write.
+Units come from ``templates/rt-role.service`` (the Spark units from
+``templates/rt-spark-*.service``), :class:`string.Template` files kept as package
+data; this module only computes the values that fill them. Nothing here touches the
+disk except reading the templates: :mod:`rt_appliance.appliance.apply` decides what
+to write.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import PurePosixPath
 
-from rt_appliance.appliance.roles import Role, roles_of
-from rt_appliance.config.model import HostRole, StreamConfig
+from rt_appliance.appliance.roles import ROLE_TEMPLATE, SPARK_WORKER, Role, roles_of
+from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
+from rt_appliance.config.spark import DEFAULT_JAVA_HOME
 
 __all__ = [
     "CONFIG_PATH",
     "MARKER",
+    "RTLOG_SCRIPT",
     "UNIT_DIR",
     "HostFile",
     "render_host",
@@ -30,6 +33,7 @@ CONFIG_PATH = PurePosixPath("/etc/rt/rt.yaml")  # where every unit reads the str
 UNIT_DIR = PurePosixPath("/etc/systemd/system")  # where rt apply writes units
 DOC_DIR = PurePosixPath("/usr/share/doc/rt-appliance")  # where the package puts docs/
 MARKER = "# Written by `rt apply`"  # first line of every unit rt apply owns
+RTLOG_SCRIPT = PurePosixPath("/etc/rt/spark/rtlog-resource.sh")  # the worker's discovery script
 
 # Files a daemon holds besides its connections: base, plus so many per host and topic.
 _NOFILE_BASE = 4096
@@ -39,6 +43,12 @@ _NOFILE_PER_PEER = 64
 # append to a publisher host's pub/ and read a subscriber host's copy of the merged log.
 _UMASK = {HostRole.NODE: "0027", HostRole.PUBLISHER: "0007", HostRole.SUBSCRIBER: "0027"}
 _DIR_MODE = {HostRole.NODE: "0750", HostRole.PUBLISHER: "0770", HostRole.SUBSCRIBER: "0750"}
+
+# The Spark units: what their JVMs need besides the heap Spark is told to use.
+_SPARK_NOFILE = 65536  # a JVM holds every jar of Spark open, and Parquet files and sockets
+_SPARK_CPU_WEIGHT = 50  # below the transport's daemons (100..300): the stream comes first
+_SPARK_WATCHDOG_S = 60  # the pipeline pings between micro-batches, not within one
+_WORKER_DAEMON_MEMORY = 512 << 20  # the worker's own heap (SPARK_DAEMON_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -53,9 +63,12 @@ class HostFile:
     directory: bool = False  # a directory to make (content unused)
 
 
-def _template() -> string.Template:
-    text = resources.files(__package__).joinpath("templates/rt-role.service").read_text()
-    return string.Template(text)
+def _template_text(name: str) -> str:
+    return resources.files(__package__).joinpath(f"templates/{name}").read_text()
+
+
+def _template(name: str = ROLE_TEMPLATE) -> string.Template:
+    return string.Template(_template_text(name))
 
 
 def _data_dir_setting(data_dir: PurePosixPath, role: HostRole) -> str:
@@ -75,6 +88,8 @@ def _limit_nofile(config: StreamConfig) -> int:
 
 def render_unit(config: StreamConfig, host: str, role: Role) -> str:
     """The unit file text of ``role`` on ``host``."""
+    if role.template != ROLE_TEMPLATE:
+        return _render_spark_unit(config, config.node(host), role)
     kind, _ = roles_of(config, host)
     data_dir = PurePosixPath(config.data_dir_of(config.host(host)))
     settings = role.settings(config)
@@ -102,6 +117,76 @@ def render_unit(config: StreamConfig, host: str, role: Role) -> str:
     )
 
 
+def spark_memory_max(memory: int) -> int:
+    """MemoryMax= of a Spark unit whose JVM heaps may use ``memory`` bytes.
+
+    On top of the heap a JVM takes metaspace, code cache, thread stacks and direct
+    buffers (Arrow), and PySpark runs Python processes beside it: half the heap more,
+    at least 1GiB.
+    """
+    return memory + max(1 << 30, memory // 2)
+
+
+def spark_home(config: StreamConfig) -> PurePosixPath:
+    """Where the rt-appliance-spark package puts pyspark (Spark's home)."""
+    return PurePosixPath(config.appliance.prefix) / "spark" / "pyspark"
+
+
+def spark_output_dir(config: StreamConfig, node: NodeConfig) -> PurePosixPath:
+    """Where the pipeline of ``node`` writes Parquet: ``spark.output_dir`` or its data dir."""
+    data_dir = PurePosixPath(config.data_dir_of(node))
+    if config.spark.output_dir is None:
+        return data_dir / "spark" / "output"
+    return PurePosixPath(config.spark.output_dir.replace("{name}", node.name))
+
+
+def _spark_extra_dir(config: StreamConfig, node: NodeConfig) -> PurePosixPath | None:
+    """The output directory when it lies outside the node's data directory, else None."""
+    output = spark_output_dir(config, node)
+    return None if output.is_relative_to(PurePosixPath(config.data_dir_of(node))) else output
+
+
+def _render_spark_unit(config: StreamConfig, node: NodeConfig, role: Role) -> str:
+    spark, appliance = config.spark, config.appliance
+    data_dir = PurePosixPath(config.data_dir_of(node))
+    extra = _spark_extra_dir(config, node)
+    values = {
+        "kind": HostRole.NODE.value,
+        "host": node.name,
+        "stream": config.stream,
+        "config_path": CONFIG_PATH,
+        "doc_dir": DOC_DIR,
+        "prefix": appliance.prefix,
+        "user": appliance.user,
+        "group": appliance.group,
+        "data_dir": data_dir,
+        "data_dir_setting": _data_dir_setting(data_dir, HostRole.NODE),
+        "output_setting": "" if extra is None else f"\nReadWritePaths={extra}",
+        "java_home": spark.java_home or DEFAULT_JAVA_HOME,
+        "spark_home": spark_home(config),
+        # local mode talks to itself only; with a cluster, executors reach the driver
+        "spark_local_ip": "127.0.0.1" if spark.master.startswith("local") else node.host,
+        "address": node.host,
+        "watchdog_s": _SPARK_WATCHDOG_S,
+        "cpu_weight": _SPARK_CPU_WEIGHT,
+    }
+    if role == SPARK_WORKER:
+        worker = spark.worker
+        values |= {
+            "worker_port": worker.port,
+            "webui_port": worker.webui_port,
+            "cores": worker.cores,
+            "worker_memory": f"{worker.memory >> 20}m",
+            "master_url": worker.master_url,
+            "daemon_memory": f"{_WORKER_DAEMON_MEMORY >> 20}m",
+            "discovery_script": RTLOG_SCRIPT,
+            "memory_max": spark_memory_max(worker.memory) + _WORKER_DAEMON_MEMORY,
+        }
+    else:
+        values["memory_max"] = spark_memory_max(spark.memory)
+    return _template(role.template).substitute(values)
+
+
 def unit_files(config: StreamConfig, host: str) -> dict[str, str]:
     """Every unit ``host`` runs, by unit file name."""
     _, roles = roles_of(config, host)
@@ -124,4 +209,20 @@ def render_host(config: StreamConfig, host: str, config_text: bytes) -> list[Hos
         user, group = config.appliance.user, config.appliance.group
         mode = int(_DIR_MODE[kind], 8)
         files.append(HostFile(data_dir, b"", mode, group, owner=user, directory=True))
+    files.extend(_spark_files(config, host, roles_of(config, host)[1]))
+    return files
+
+
+def _spark_files(config: StreamConfig, host: str, roles: tuple[Role, ...]) -> list[HostFile]:
+    """The worker's discovery script; an output directory outside the data directory."""
+    files = []
+    if SPARK_WORKER in roles:
+        script = _template_text("rtlog-resource.sh").encode()
+        files.append(HostFile(RTLOG_SCRIPT, script, 0o755))
+    if any(role.template != ROLE_TEMPLATE for role in roles):
+        extra = _spark_extra_dir(config, config.node(host))
+        if extra is not None:  # ReadWritePaths= needs it to exist
+            user, group = config.appliance.user, config.appliance.group
+            mode = int(_DIR_MODE[HostRole.NODE], 8)
+            files.append(HostFile(extra, b"", mode, group, owner=user, directory=True))
     return files

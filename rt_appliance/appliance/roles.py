@@ -4,9 +4,16 @@
 role           units
 =============  ==============================================================
 node           rt-push-server, rt-sequencer, rt-pull-server (start in this order)
+               rt-spark-pipeline too when ``spark.enabled`` (after rt-sequencer)
+               rt-spark-worker too when ``spark.enabled`` and ``spark.worker.enabled``
 publisher      rt-push-client
 subscriber     rt-pull-client
 =============  ==============================================================
+
+The Spark units come from templates of their own (a JVM needs a looser sandbox, the
+worker is Spark's own program) and take their settings from the ``spark:`` section,
+not from ``appliance.units``. When a host no longer runs a unit, ``rt apply`` removes
+the unit file it wrote earlier.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from dataclasses import dataclass
 from rt_appliance.config.model import HostRole, RoleUnitConfig, StreamConfig
 from rt_appliance.invariants import invariant
 
-__all__ = ["ROLES", "Role", "roles_of"]
+__all__ = ["ROLES", "ROLE_TEMPLATE", "SPARK_PIPELINE", "SPARK_WORKER", "Role", "roles_of"]
+
+ROLE_TEMPLATE = "rt-role.service"  # the template of the transport's daemons
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,7 @@ class Role:
     title: str  # what the unit's Description says it is
     host_option: str  # how the subcommand is told which host it is: --node or --host
     after: tuple[str, ...] = ()  # units of the same host it starts after, when both run
+    template: str = ROLE_TEMPLATE  # its file under templates/
 
     @property
     def unit(self) -> str:
@@ -52,6 +62,22 @@ ROLES: dict[HostRole, tuple[Role, ...]] = {
     HostRole.SUBSCRIBER: (Role("pull-client", "pull client", "--host"),),
 }
 
+# On nodes, when rt.yaml's spark section enables them.
+SPARK_PIPELINE = Role(
+    "spark-pipeline",
+    "Spark pipeline",
+    "--node",
+    after=("rt-sequencer.service",),
+    template="rt-spark-pipeline.service",
+)
+SPARK_WORKER = Role("spark-worker", "Spark worker", "--node", template="rt-spark-worker.service")
+
+
+def _spark_roles(config: StreamConfig, role: HostRole) -> tuple[Role, ...]:
+    if role is not HostRole.NODE or not config.spark.enabled:
+        return ()
+    return (SPARK_PIPELINE, SPARK_WORKER) if config.spark.worker.enabled else (SPARK_PIPELINE,)
+
 
 def roles_of(config: StreamConfig, host: str) -> tuple[HostRole, tuple[Role, ...]]:
     """The role of ``host`` and the daemons it runs; a clear error if the stream lacks it."""
@@ -59,4 +85,4 @@ def roles_of(config: StreamConfig, host: str) -> tuple[HostRole, tuple[Role, ...
     role = config.role_of(host)
     invariant(role is not None, f"host {host} has no role")
     assert role is not None
-    return role, ROLES[role]
+    return role, ROLES[role] + _spark_roles(config, role)

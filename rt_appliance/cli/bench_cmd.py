@@ -368,6 +368,109 @@ def cluster_bench(
         raise SystemExit(1)
 
 
+@bench.command("spark")
+@_common("spark", default_runs=3, memory_gb=False)
+@click.option(
+    "--rows",
+    type=click.IntRange(1000),
+    default=2_000_000,
+    show_default=True,
+    help="Messages in the batch read (100-byte payloads).",
+)
+@click.option(
+    "--lag-seconds",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="How long messages are published while the streaming lag is measured (0 skips it).",
+)
+@click.option(
+    "--rate",
+    type=click.IntRange(1),
+    default=5_000,
+    show_default=True,
+    help="msg/s published while the streaming lag is measured.",
+)
+@click.option(
+    "--memory-rows",
+    type=click.IntRange(0),
+    default=10_000_000,
+    show_default=True,
+    help="Messages the streaming query reads while its memory is sampled (0 skips it).",
+)
+@click.option(
+    "--memory-rate",
+    type=click.IntRange(0),
+    default=50_000,
+    show_default=True,
+    help="msg/s published while memory is sampled (0: all published before the query starts).",
+)
+@click.option(
+    "--memory-bound-mb",
+    type=click.FloatRange(0),
+    default=64.0,
+    show_default=True,
+    help="Most RSS growth, in MB, that still counts as flat.",
+)
+def spark_bench(
+    runs: int,
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+    rows: int,
+    lag_seconds: float,
+    rate: int,
+    memory_rows: int,
+    memory_rate: int,
+    memory_bound_mb: float,
+) -> None:
+    """The rt Spark data source in a local[2] session: batch read, streaming lag, memory.
+
+    \b
+    batch read  a publisher log of --rows messages read with
+                spark.read.format("rt") into the noop sink, side by side with
+                the same rows in Parquet read by Spark's reader; also timed on
+                their own: planning on the driver, the slice reader without
+                Spark, and a Python source handing over pre-built Arrow batches
+    lag         --rate msg/s for --lag-seconds while a streaming query writes
+                Parquet (trigger 1 s); publish -> micro-batch committed (p50,
+                p99), and every published id in the sink exactly once
+    memory      RSS of the driver's JVM and the Python workers, every second,
+                while a streaming query reads --memory-rows published at
+                --memory-rate (a Spark session of its own)
+
+    Needs Java 17 and the spark extra.
+    """
+    from rt_appliance.bench.spark_bench import SparkBenchOptions, run_spark_bench
+    from rt_appliance.spark.java import find_java
+
+    find_java()
+    workdir.mkdir(parents=True, exist_ok=True)
+    opts = SparkBenchOptions(
+        workdir=workdir,
+        rows=rows,
+        runs=runs,
+        lag_seconds=lag_seconds,
+        rate=rate,
+        memory_rows=memory_rows,
+        memory_rate=memory_rate,
+        memory_bound_mb=memory_bound_mb,
+    )
+    commit = _source_commit()
+    report = run_spark_bench(opts, _progress("spark"))
+    for problem in report.problems:
+        click.echo(f"rt bench spark: {problem}", err=True)
+    notes = "Targets:\n\n" + "\n".join(report.verdicts) + "\n\n" + _SPARK_NOTES
+    loads = report.loads or [0.0]
+    machine = (
+        f"; 1-minute load average {min(loads):.1f}-{max(loads):.1f} during the runs"
+        f"{commit}; {report.versions}"
+    )
+    _report("spark", report.results, workdir, output, as_json, notes, machine)
+    if report.problems:
+        raise SystemExit(1)
+
+
 def _problem_lines(problem: str) -> str:
     """A problem for the report: its first line and the nodes' status, not the log lines."""
     lines = problem.strip().splitlines()
@@ -561,4 +664,70 @@ Problems this benchmark found, and where they were fixed:
    raft's callbacks waited for (fixed in f2be67f); heartbeats were late and followers
    started elections. Both now run off the loop, and the loop's lateness is a metric
    (`rt_sequencer_loop_lag_seconds`) and a warning in the log.
+"""
+
+
+_SPARK_NOTES = """\
+Everything runs in one local Spark session (`local[2]`, so both cores), the memory run
+in a session and process of its own. Payloads are 100 random bytes, so Parquet gains
+nothing from repeated values. The batch log is one 256 MiB file (`roll_bytes` 256 MiB),
+cut by the source's default `splitBytes` (32 MiB) into 8 partitions; the Parquet copy is
+written once by Spark from an `rt` read (8 files, snappy). Every read is warmed up once,
+then each run reads `rt`, Parquet and the synthetic source in turn. The machine is
+shared, so runs scatter by a factor of two when its other tenants are busy.
+
+Where the batch read's time goes. Side by side in one session, five alternating
+repetitions at load 2.1-2.2, with the CPU time of the JVM and of the Python processes
+from `/proc`, for 2,000,000 rows (the variants were built outside the tree to measure
+them; the source was not changed):
+
+| read | s | rows/s | JVM CPU s | Python CPU s |
+|---|---:|---:|---:|---:|
+| `rt` as it is (8 partitions) | 1.28 | 1.56 M | 0.94 | 1.04 |
+| `rt`, `splitBytes` 128 MiB (2 partitions) | 1.03 | 1.95 M | 0.78 | 0.83 |
+| `rt`, planning without CRC checks, 8 partitions | 1.03 | 1.94 M | 0.95 | 0.82 |
+| `rt`, both | 0.80 | 2.51 M | 0.69 | 0.65 |
+| pre-built Arrow batches, 8 partitions | 0.76 | 2.65 M | 0.92 | 0.32 |
+| pre-built Arrow batches, 2 partitions | 0.48 | 4.14 M | 0.71 | 0.15 |
+| Parquet, Spark's reader | 0.27 | 7.55 M | 0.53 | 0 |
+
+- **planning on the driver** takes 0.30-0.35 s before any task starts: `plan()` walks
+  every record with its CRC check (`_walk.walk`, 0.23 s under cProfile) and makes a
+  Python list of 2 million offsets that `rebase` copies again (0.08 s). A CRC-32 of the
+  whole file alone takes 0.06 s and the walk without checks 0.14 s. Every task checks
+  every CRC again, so planning could walk lengths only: 1.94 against 1.56 M rows/s;
+- **the slice reader** (`read_slice`, one thread, no Spark) reads 4.4-5.9 M rows/s:
+  `_walk.columns` (CRC checks and the payload copy) 0.21 s of 0.39 s under cProfile,
+  `_flush` 0.08-0.10 s (concatenating two blocks per batch copies every payload once
+  more), `pread` 0.06 s;
+- **each partition costs** about 25 ms of JVM and 20 ms of Python CPU whatever it reads
+  (8 against 2 partitions of pre-built batches); on two cores, 8 slices of 32 MiB are
+  slower than 2 of 128 MiB: 1.95 against 1.56 M rows/s;
+- **Spark's own share**: a Python source that only hands over batches built in advance
+  reaches 2.65-4.14 M rows/s, 35-55% of Spark's Parquet reader: the batches cross a
+  socket as Arrow IPC (0.15 s of Python CPU) and the JVM turns them into rows (0.71 s
+  of JVM CPU, against 0.53 s for all of Parquet's reading).
+
+So the 1.5 M rows/s target is met in quiet runs and missed when the machine is busy
+(1.19-1.62 M rows/s, median 1.35 M, in a run at load 0.5-2.2 the same afternoon). 50% of
+Parquet's rate is at the very ceiling of a Python source here: batches built in advance
+reach 35-61% of it (the table and the side-by-side runs), so a source that must still
+read, check and build its batches stays below. With both changes above the `rt` source
+measured 2.51 M rows/s, a third of Parquet's rate.
+
+Streaming lag is the wait for the next trigger (up to 1 s, half of it on average) plus
+the micro-batch itself: planning the new records (with CRC checks), the tasks, the
+Parquet files and the commit (its duration is in the note). Rows are matched to their
+micro-batch by position, from `checkpoint/offsets/N`, and timed to the mtime of
+`checkpoint/commits/N`; the sink is read back and every published id must be there
+exactly once.
+
+Memory: the Python figure adds up every Python process under the JVM (the worker
+daemon, its forked workers and the streaming source's planner), so pages the forked
+workers share are counted more than once. "start" is the first sample after the first
+micro-batch (1,000 messages) was committed. The figure is the largest rise over the
+second half of the samples (5 million messages at the default sizes): in the first half
+the JVM's heap grows to its working size (Spark's default maximum is 1 GiB), which is
+not a leak; a leak would go on rising in the second half. The note gives RSS at start,
+at each quarter and at the end.
 """

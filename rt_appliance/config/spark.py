@@ -15,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rt_appliance.config.types import FieldProblem, Port, Size
 
-__all__ = ["SparkConfig", "SparkWorkerConfig"]
+__all__ = ["DEFAULT_JAVA_HOME", "SparkConfig", "SparkWorkerConfig"]
+
+DEFAULT_JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"  # Debian's openjdk-17-jre-headless
 
 _TRANSFORM = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)\])?|spark://[\w.-]+:[0-9]{1,5}")

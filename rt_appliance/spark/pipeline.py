@@ -57,7 +57,8 @@ class PipelinePaths:
 def paths_of(config: StreamConfig, node: str) -> PipelinePaths:
     data_dir = config.data_dir_of(config.node(node))
     spark_dir = data_dir / "spark"
-    output = Path(config.spark.output_dir) if config.spark.output_dir else spark_dir / "output"
+    configured = config.spark.output_dir
+    output = Path(configured.replace("{name}", node)) if configured else spark_dir / "output"
     return PipelinePaths(
         merged=data_dir / "merged",
         output=output,

@@ -53,7 +53,7 @@ def plan(
     end: Position | None = None,
     max_records: int | None = None,
     max_bytes: int | None = None,
-    split_bytes: int = 32 << 20,
+    split_bytes: int = 128 << 20,
 ) -> Plan:
     """The records from ``start`` to ``end`` (None: all there are now), within the limits.
 

@@ -63,6 +63,7 @@ def test_apply_writes_units_and_config_then_changes_nothing(
         "rt-pull-server.service",
         "rt-push-server.service",
         "rt-sequencer.service",
+        "rt-spark-pipeline.service",
     ]
     installed = root / "etc/rt/rt.yaml"
     assert installed.read_text() == EXAMPLE_TEXT and stat.S_IMODE(installed.stat().st_mode) == 0o640
@@ -115,7 +116,7 @@ def test_dry_run_prints_a_diff_and_writes_nothing(
     assert code == 0 and tree_files(root) == before
     assert "+++ b/etc/systemd/system/rt-push-server.service" in out
     assert "+ExecStart=/opt/rt-appliance/bin/rt --log-level info push-server" in out
-    assert "4 file(s) would change" in err
+    assert "5 file(s) would change" in err
 
     assert apply(capsys, config, root)[0] == 0
     config.write_text(EXAMPLE_TEXT.replace("cpu_weight: 300", "cpu_weight: 500"))

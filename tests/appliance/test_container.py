@@ -41,6 +41,7 @@ def package(release: int, kind: str = "deb") -> Path:
         env = {**os.environ, "RT_PKG_RELEASE": str(release)}
         if release > 1:
             env["RT_PKG_REPACK"] = "1"
+            env["RT_PKG_SPARK"] = "0"  # the upgrade test needs rt-appliance only
         subprocess.run(["bash", str(ROOT / "packaging/build.sh")], check=True, env=env)
     return DIST / name
 
@@ -62,6 +63,19 @@ STREAM = {
     # a short watchdog, so the test sees systemd restart a frozen daemon soon
     "appliance": {"units": {"push_server": {"watchdog_s": 3}}},
 }
+
+
+def spark_package(kind: str = "deb") -> Path:
+    """dist/'s rt-appliance-spark of release 1, built with rt-appliance if missing."""
+    name = (
+        "rt-appliance-spark_0.1.0-1_amd64.deb"
+        if kind == "deb"
+        else "rt-appliance-spark-0.1.0-1.x86_64.rpm"
+    )
+    if not (DIST / name).exists():
+        env = {**os.environ, "RT_PKG_RELEASE": "1", "RT_PKG_SPARK": "1"}
+        subprocess.run(["bash", str(ROOT / "packaging/build.sh")], check=True, env=env)
+    return DIST / name
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +205,30 @@ def test_rpm_contents_and_scripts() -> None:
         ["dpkg-deb", "-f", str(package(1)), "Depends"], capture_output=True, text=True, check=True
     )
     assert "python3 (>= 3.11)" in deb.stdout and "python3 (<< 3.12)" in deb.stdout
+
+
+def test_spark_package_contents_and_depends() -> None:
+    deb = spark_package()
+    fields = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True, check=True
+    ).stdout
+    assert "rt-appliance (= 0.1.0-1)" in fields
+    assert "openjdk-17-jre-headless | java17-runtime-headless" in fields
+    listing = subprocess.run(
+        ["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
+    paths = {line.split()[-1].removeprefix(".") for line in listing.splitlines()}
+    for path in (
+        "/opt/rt-appliance/spark/pyspark/bin/spark-class",  # SPARK_HOME of the units
+        "/opt/rt-appliance/spark/pyspark/jars/",
+        "/opt/rt-appliance/spark/pyarrow/__init__.py",
+        "/opt/rt-appliance/spark/py4j/__init__.py",
+        "/opt/rt-appliance/lib/python3.11/site-packages/rt-appliance-spark.pth",
+    ):
+        assert path in paths, path
+    # nothing of rt-appliance's own files: both install side by side
+    assert "/opt/rt-appliance/bin/python" not in paths
+    requires = subprocess.run(
+        ["rpm", "-qpR", str(spark_package("rpm"))], capture_output=True, text=True
+    ).stdout
+    assert "rt-appliance = 0.1.0-1" in requires and "java-17-openjdk-headless" in requires

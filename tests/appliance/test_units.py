@@ -3,6 +3,8 @@
 `systemd-analyze verify` must print nothing at all (it warns on stderr with exit 0
 for many mistakes), and `systemd-analyze security --offline` must rate every unit
 at or below THRESHOLD (exposure x 10; docs/OPERATIONS.md lists each unit's score).
+The Spark units (JVMs) are held to the same gate: they lack only MemoryDenyWriteExecute=
+and ProcSubset=pid and score 1.3.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.appliance.golden import GOLDEN_HOSTS, golden_units
+from rt_appliance.appliance.golden import GOLDEN_DIRS, golden_units
 from rt_appliance.appliance.render import unit_files
 from rt_appliance.config import load_config, parse_config
 
@@ -37,7 +39,7 @@ def test_golden_units_match_what_apply_renders() -> None:
     assert kept == set(rendered), "systemd/ is stale: run `make units`"
     for relative, text in rendered.items():
         assert (ROOT / "systemd" / relative).read_text() == text, f"{relative}: run `make units`"
-    assert {p.parts[0] for p in rendered} == set(GOLDEN_HOSTS)
+    assert {p.parts[0] for p in rendered} == set(GOLDEN_DIRS)
 
 
 def test_each_role_gets_its_units_and_settings() -> None:
@@ -46,6 +48,7 @@ def test_each_role_gets_its_units_and_settings() -> None:
         "rt-push-server.service",
         "rt-sequencer.service",
         "rt-pull-server.service",
+        "rt-spark-pipeline.service",  # the example enables spark, not its worker
     ]
     assert list(unit_files(config, "pub-2")) == ["rt-push-client.service"]
     assert list(unit_files(config, "sub-1")) == ["rt-pull-client.service"]
@@ -88,14 +91,14 @@ def test_settings_follow_the_config() -> None:
 
 @pytest.fixture(scope="module")
 def staged(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A root tree with systemd's own units, the units of the example, and an `rt` to run."""
+    """A root tree with systemd's own units, the units of the example, and programs to run."""
     root = tmp_path_factory.mktemp("stage")
     (root / "usr/lib/systemd").mkdir(parents=True)
     shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
-    rt = root / "opt/rt-appliance/bin/rt"
-    rt.parent.mkdir(parents=True)
-    rt.write_text("#!/bin/sh\n")
-    rt.chmod(0o755)
+    for program in ("opt/rt-appliance/bin/rt", "opt/rt-appliance/spark/pyspark/bin/spark-class"):
+        (root / program).parent.mkdir(parents=True)
+        (root / program).write_text("#!/bin/sh\n")
+        (root / program).chmod(0o755)
     unit_dir = root / "etc/systemd/system"
     unit_dir.mkdir(parents=True)
     for relative, text in golden_units(EXAMPLE).items():

@@ -20,8 +20,7 @@ splitBytes                  batch: a file is split into partitions of about this
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,29 +135,23 @@ def _position(option: str, value: str, earliest: bool = True) -> str | Position:
 
 
 def _count(option: str, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        count = int(value)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise UsageError(f"rt data source: option {option} must be a positive integer: {value!r}")
-    return count
+    return _positive(option, value, int, "a positive integer")
 
 
 def _size(option: str, value: str | None) -> int | None:
+    return _positive(option, value, parse_size, "a size (4096, 64MiB)")
+
+
+def _positive(
+    option: str, value: str | None, parse: Callable[[str], int], what: str
+) -> int | None:
+    """``value`` parsed, which must come out at least 1; None when the option is unset."""
     if value is None:
         return None
     try:
-        size = parse_size(value)
-    except UsageError:
-        size = 0
-    if size < 1:
-        raise UsageError(f"rt data source: option {option} must be a size (4096, 64MiB): {value!r}")
-    return size
-
-
-def real_directory(directory: Path) -> str:
-    """The directory as partitions carry it (absolute, so executors find it too)."""
-    return os.path.abspath(directory)
+        number = parse(value)
+    except (ValueError, UsageError):
+        number = 0
+    if number < 1:
+        raise UsageError(f"rt data source: option {option} must be {what}: {value!r}")
+    return number

@@ -239,7 +239,7 @@ def scan_columns(buf: bytes, start: int, limit: int) -> Scan:
             buf, start, limit, True, True, MAX_PAYLOAD_BYTES
         )
         count = len(offset_list)
-        ends = [*offset_list[1:], end]
+        ends = [*offset_list[1:], end] if offset_list else []
         payloads = [buf[o + _HEADER_BYTES : e] for o, e in zip(offset_list, ends, strict=True)]
         sizes = np.fromiter((len(p) for p in payloads), dtype=np.int64, count=count)
         columns = Columns(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -57,3 +59,30 @@ def test_compiled_walk_reads_any_buffer_and_checks_arguments() -> None:
         assert walk(buf, 0, 10, True, True, MAX_PAYLOAD_BYTES) == ([0], [1], [2], 31, False)
     with pytest.raises(TypeError):
         walk("not bytes", 0, 10, True, True, MAX_PAYLOAD_BYTES)  # type: ignore[arg-type]
+
+
+@settings(max_examples=300)
+@given(stream_bytes(), st.data())
+def test_compiled_columns_match_the_python_walk(blob: bytes, data: st.DataObject) -> None:
+    start = data.draw(st.integers(0, len(blob) + 2))
+    limit = data.draw(st.sampled_from([0, 1, 3, 1 << 30]))
+    native = scan_module.scan_columns(blob, start, limit)
+    saved, scan_module._native = scan_module._native, None
+    try:
+        python = scan_module.scan_columns(blob, start, limit)
+        lists = scan_module.scan(blob, start, limit)
+    finally:
+        scan_module._native = saved
+    for got in (native, python):
+        columns = got.columns
+        assert columns is not None
+        assert (got.stop, got.stop_offset, got.reason) == (
+            lists.stop,
+            lists.stop_offset,
+            lists.reason,
+        )
+        assert columns.offsets.tolist() == lists.offsets
+        assert columns.timestamps_ns.tolist() == lists.timestamps_ns
+        assert columns.ids.tolist() == lists.ids
+        starts = columns.value_offsets.tolist()
+        assert [columns.data[a:b] for a, b in itertools.pairwise(starts)] == lists.payloads

@@ -26,7 +26,8 @@ def test_java_home_is_used_and_exported(tmp_path: Path, monkeypatch: pytest.Monk
     java.parent.mkdir(parents=True)
     java.write_text("#!/bin/sh\n")
     java.chmod(0o755)
-    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("JAVA_HOME", "")  # recorded, so the value find_java sets is undone
+    monkeypatch.delenv("JAVA_HOME")
     assert find_java(str(tmp_path / "jdk")) == java
     import os
 

@@ -16,6 +16,7 @@ Three measurements in one local Spark session (``local[2]``), 100-byte payloads:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -508,15 +509,12 @@ def _descendants(pid: int, tree: dict[int, list[int]]) -> list[int]:
 
 def _rss_and_name(pid: int) -> tuple[int, str]:
     rss, name = 0, ""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Name:"):
-                    name = line.split()[1]
-                elif line.startswith("VmRSS:"):
-                    rss = int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:  # it may have exited
+        for line in f:
+            if line.startswith("Name:"):
+                name = line.split()[1]
+            elif line.startswith("VmRSS:"):
+                rss = int(line.split()[1]) * 1024
     return rss, name
 
 

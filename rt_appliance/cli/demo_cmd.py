@@ -66,8 +66,8 @@ from rt_appliance.errors import UsageError
 @click.option(
     "--no-spark",
     is_flag=True,
-    help="Skip step 8: the Spark pipeline on a node's merged log (needs Java 17 and about "
-    "20-40 s for Spark to start and run).",
+    help="Skip step 8: the Spark pipeline on a node's merged log (needs Java 17; it took "
+    "about 16 s here for Spark to start and run).",
 )
 @click.option(
     "--free-ports",

@@ -85,11 +85,11 @@ def _json_columns(payloads: pa.BinaryArray, schema: pa.Schema) -> list[pa.Array]
                 explicit_schema=schema, unexpected_field_behavior="ignore"
             ),
         )
-        if table.num_rows == count:
-            return [table.column(f.name).combine_chunks() for f in schema]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    return _json_rows(payloads, schema)
+        return _json_rows(payloads, schema)  # a payload is not JSON: parse one at a time
+    if table.num_rows != count:  # an empty payload made no row: parse one at a time
+        return _json_rows(payloads, schema)
+    return [table.column(f.name).combine_chunks() for f in schema]
 
 
 def _lines(payloads: pa.BinaryArray) -> bytes:

@@ -142,9 +142,7 @@ def _size(option: str, value: str | None) -> int | None:
     return _positive(option, value, parse_size, "a size (4096, 64MiB)")
 
 
-def _positive(
-    option: str, value: str | None, parse: Callable[[str], int], what: str
-) -> int | None:
+def _positive(option: str, value: str | None, parse: Callable[[str], int], what: str) -> int | None:
     """``value`` parsed, which must come out at least 1; None when the option is unset."""
     if value is None:
         return None

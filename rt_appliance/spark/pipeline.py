@@ -34,7 +34,7 @@ from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.notify import Notifier
 from rt_appliance.errors import RTError, UsageError
 from rt_appliance.position import Position
-from rt_appliance.sequencer.holds import hold_path, read_holds, write_hold
+from rt_appliance.sequencer.holds import hold_path, write_hold
 from rt_appliance.spark.java import find_java
 
 __all__ = ["HOLD_NAME", "PipelinePaths", "build_session", "paths_of", "run_pipeline"]
@@ -170,25 +170,26 @@ def run_pipeline(
     notifier.ready(f"query running, output {paths.output}")
     log.info("pipeline on %s: %s -> %s", node, paths.merged, paths.output)
     every = notifier.watchdog_s or 1.0
+    held: Position | None = None
     try:
         while not stop.is_set() and query.isActive:
             query.awaitTermination(every)
             notifier.watchdog()
             notifier.status(_status_line(query))
-            _hold_committed(query, paths.hold)
+            held = _hold_committed(query, paths.hold, held)
     finally:
         if query.isActive:
             notifier.stopping()
             query.stop()
-        _hold_committed(query, paths.hold)
+        _hold_committed(query, paths.hold, held)
     failure = query.exception()
     if failure is not None:
         raise RTError(f"the Spark pipeline failed: {_reason(failure)}")
     return dict(query.lastProgress or {})
 
 
-def _hold_committed(query: Any, hold: Path) -> None:
-    """Move the hold to the end of the last committed micro-batch.
+def _hold_committed(query: Any, hold: Path, held: Position | None) -> Position | None:
+    """Move the hold to the end of the last committed micro-batch; returns where it is.
 
     The source's ``commit`` does the same, but Spark calls it only when the next batch
     starts, so the hold would trail by a batch (and the last one of a run, for ever).
@@ -199,11 +200,12 @@ def _hold_committed(query: Any, hold: Path) -> None:
     end = sources[0].get("endOffset") if sources else None
     if isinstance(end, str):
         end = json.loads(end)
-    if isinstance(end, dict) and "position" in end:
-        position = Position.parse(end["position"])
-        found = {h.name: h.position for h in read_holds(hold.parent.parent)}
-        if found.get(HOLD_NAME) != position:
-            write_hold(hold, position)
+    if not isinstance(end, dict) or "position" not in end:
+        return held
+    position = Position.parse(end["position"])
+    if position != held:
+        write_hold(hold, position)
+    return position
 
 
 def _status_line(query: Any) -> str:

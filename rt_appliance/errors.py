@@ -9,7 +9,7 @@ happen, with ``raise ... from exc`` so the cause stays visible in logs::
     |   |-- CorruptLogError         no   bytes on disk fail their checks (names file, offset)
     |   |-- LogLockedError          yes  another writer holds the directory lock
     |   |-- LogFullError            yes  the disk budget (max_bytes) is used up
-    |   |-- RecordTooLargeError     no   a payload that can never fit in a file
+    |   |-- RecordTooLargeError     no   a payload that can never fit in a file (also UsageError)
     |   |-- DedupIdError            no   a .dedup topic message whose id breaks the rule
     |   `-- PositionError
     |       |-- InvalidPositionError no  not a position of this log
@@ -93,8 +93,9 @@ class LogFullError(LogError):
     retryable = True
 
 
-class RecordTooLargeError(LogError):
-    """A payload too large to fit in one file, whatever happens later."""
+class RecordTooLargeError(LogError, UsageError):
+    """A payload too large to fit in one file, whatever happens later: refused before
+    anything is written (also a :class:`UsageError`: the caller's argument is at fault)."""
 
 
 class DedupIdError(LogError):

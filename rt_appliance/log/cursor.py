@@ -33,12 +33,21 @@ class LogCursor:
     Raises :class:`PositionPrunedError` for a position whose file was deleted and
     :class:`InvalidPositionError` for one that is not a record boundary of the log.
     ``strict_tail`` (for a reader that will not wait) treats a record running
-    past the end of the last file as the torn tail it then is.
+    past the end of the last file as the torn tail it then is. A whole record larger
+    than ``max_record_bytes`` stops the cursor where it starts (None, with the
+    reader's tail "large") until the caller moves the reader past it.
     """
 
-    def __init__(self, directory: Path, position: Position, strict_tail: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        position: Position,
+        strict_tail: bool = False,
+        max_record_bytes: int | None = None,
+    ) -> None:
         self.directory = directory
         self._strict_tail = strict_tail
+        self._max_record_bytes = max_record_bytes
         self.file: StreamFile | None = None
         self.reader: FileReader | None = None
         self._listed_mtime, self._listed_at = -2, 0  # the directory's mtime at the last listing
@@ -74,16 +83,22 @@ class LogCursor:
         while True:
             assert self.reader is not None and self.file is not None
             block = self.reader.read_block(limit, decode, verify, columns)
-            if block is not None:
+            if block is not None or self.at_large_record:
                 return block
             later = self._later_file()
             if later is None:
                 return None
             block = self.reader.read_block(limit, decode, verify, columns)  # just before the roll
-            if block is not None:
+            if block is not None or self.at_large_record:
                 return block
             self._check_clean_end(later)
             self._open(later, 0)
+
+    @property
+    def at_large_record(self) -> bool:
+        """Whether reading stopped at a whole record larger than ``max_record_bytes``."""
+        tail = None if self.reader is None else self.reader.tail
+        return tail is not None and tail.kind == "large"
 
     def _later_file(self) -> StreamFile | None:
         """:func:`next_file`, skipping the directory listing while the directory is unchanged.
@@ -121,6 +136,7 @@ class LogCursor:
         self.close()
         try:
             self.reader = FileReader(f.path, offset, strict_tail=self._strict_tail)
+            self.reader.max_record_bytes = self._max_record_bytes
         except FileNotFoundError:
             raise PositionPrunedError(
                 f"{self.directory}: {f.path.name} was pruned while reading"

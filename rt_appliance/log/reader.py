@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,10 @@ class TailState:
     """Where the valid records of a file end, and what lies after them.
 
     ``kind`` is "clean" (the file ends exactly there), "incomplete" (a record runs
-    past the end: being written, or torn) or "torn" (a bad record with nothing
-    valid after it). Corruption is raised, never returned.
+    past the end: being written, or torn), "torn" (a bad record with nothing
+    valid after it) or "large" (a whole record larger than the reader's
+    ``max_record_bytes``, left for the caller to read in pieces). Corruption is
+    raised, never returned.
     """
 
     offset: int
@@ -91,6 +94,9 @@ class FileReader:
         self._range_end = self.offset if self.merged else -1
         self._buf, self._buf_at = b"", 0  # bytes last read, and the file offset of their start
         self.tail: TailState | None = None
+        # A whole record larger than this stops a block read with tail "large" instead of
+        # being read into memory at once (replication sends such a record in pieces).
+        self.max_record_bytes: int | None = None
         if self.merged and self.offset > self.header.header_bytes:
             self._find_range(self.offset)
 
@@ -164,12 +170,45 @@ class FileReader:
                 continue
             if records.stop is Stop.NEED_MORE and self._needs_bigger_chunk(buf):
                 chunk = self._record_size(buf)
+                if self.max_record_bytes is not None and chunk > self.max_record_bytes:
+                    self.tail = TailState(self.offset, "large", f"a record of {chunk} bytes")
+                    return None
                 continue
             if records.stop is Stop.RANGE:
                 where = "a publisher log" if not self.merged else "the bytes of a range"
                 raise CorruptLogError(str(self.path), self.offset, f"range record in {where}")
             self.tail = self._classify(records, buf)
             return None
+
+    def check_large(self, offset: int) -> tuple[int, str]:
+        """Check the whole record at ``offset`` reading it a few MiB at a time (for records
+        too large to hold at once); returns its end and "" or the problem.
+
+        A bad record with a valid one after it is corruption (:class:`CorruptLogError`);
+        with nothing valid after it, the tail becomes "torn" like any other bad tail.
+        """
+        head = os.pread(self._fd, RECORD_HEADER.size, offset)
+        crc, length, kind, flags, reserved, _, _ = RECORD_HEADER.unpack(head)
+        end = offset + RECORD_HEADER.size + length
+        if self.merged and end > self._range_end:
+            raise CorruptLogError(str(self.path), offset, "range ends inside a record")
+        problem = f"unknown kind {kind} or flags {flags}/{reserved}"
+        if kind == KIND_MESSAGE and not flags and not reserved:
+            running, at = zlib.crc32(head[4:]), offset + RECORD_HEADER.size
+            while at < end:
+                piece = os.pread(self._fd, min(READ_CHUNK_BYTES, end - at), at)
+                if not piece:
+                    break
+                running, at = zlib.crc32(piece, running), at + len(piece)
+            problem = "" if at == end and running == crc else "CRC mismatch"
+        if problem:
+            found = find_valid_record(self._fd, offset + 1, self.size())
+            if found is not None:
+                why = f"{problem}; a valid record follows at offset {found}"
+                raise CorruptLogError(str(self.path), offset, why)
+            self.offset = offset
+            self.tail = TailState(offset, "torn", problem)
+        return end, problem
 
     def _needs_bigger_chunk(self, buf: bytes) -> bool:
         return len(buf) >= RECORD_HEADER.size and self._record_size(buf) > len(buf)

@@ -48,7 +48,12 @@ from rt_appliance.replicate.fetch import (
     read_part,
     send_fetched,
 )
-from rt_appliance.replicate.messages import FrameType, decode_control, require
+from rt_appliance.replicate.messages import (
+    FRAME_MARGIN_BYTES,
+    FrameType,
+    decode_control,
+    require,
+)
 from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, finish_in_thread
 from rt_appliance.replicate.topology import (
     DirectoryChanges,
@@ -71,7 +76,6 @@ log = logging.getLogger(__name__)
 _ROLES = {HostRole.SUBSCRIBER, HostRole.NODE}
 SHUTDOWN_GRACE_S = 2.0
 LAG_UPDATE_S = 1.0
-FRAME_MARGIN_BYTES = 16 << 10  # DATA or FETCHED head within max_frame_bytes
 REFUSAL_DRAIN_S = 1.0
 
 

@@ -24,7 +24,12 @@ from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
-from rt_appliance.replicate.messages import FrameType, decode_control, require
+from rt_appliance.replicate.messages import (
+    FRAME_MARGIN_BYTES,
+    FrameType,
+    decode_control,
+    require,
+)
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.session import Connection, connect
 from rt_appliance.replicate.source import DirectorySource
@@ -34,7 +39,6 @@ __all__ = ["PushClient"]
 
 log = logging.getLogger(__name__)
 
-_FRAME_MARGIN_BYTES = 4096  # DATA header and directory name within max_frame_bytes
 _IDLE_WAIT_S = 0.5
 
 
@@ -151,7 +155,7 @@ class PushClient:
                 self.acked[node][d] = position
                 # Shared with the other nodes' sources: each byte's CRC is checked once.
                 checked = self._verified.setdefault(d, {})
-                limit = conn.max_frame_bytes - _FRAME_MARGIN_BYTES
+                limit = conn.max_frame_bytes - FRAME_MARGIN_BYTES
                 sources[d] = DirectorySource(self.root / d, position, limit, checked)
                 log.info("push %s to %s: resuming at %d", d, node, position)
             acks = asyncio.create_task(self._read_acks(conn, node))

@@ -9,6 +9,15 @@ check, write, fsync (per policy), then report the new end, which the caller acks
 sync that fails cuts the copy back to the end of the last good one: the bytes after
 it may be lost on disk whatever the page cache shows, so the sender resends them.
 
+A record larger than a frame arrives in pieces (see
+:mod:`rt_appliance.replicate.source`): a chunk may end inside its last record
+if that record's header is whole and sane. The piece is written at once (so
+memory stays at one frame) but the replica's :attr:`ReplicaDir.end`, what is
+synced and acknowledged, stays at the record's start until the last piece
+arrives and the CRC, computed piece by piece, matches. Then the record counts.
+A chunk that starts at the end instead (the sender reconnected and starts the
+record again) first cuts the unfinished piece off.
+
 On open, the last file's torn tail is cut (a crash mid-write) and the end of the
 valid data is where the sender must resume. A copy whose last file is corrupt
 (a bad record followed by valid ones) refuses to open: appending would hide it.
@@ -17,12 +26,14 @@ valid data is where the sender must resume. A copy whose last file is corrupt
 from __future__ import annotations
 
 import os
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from rt_appliance.errors import CorruptLogError, LogError
-from rt_appliance.limits import MAX_BATCH_MESSAGES
-from rt_appliance.log.format import decode_file_header
+from rt_appliance.limits import MAX_BATCH_MESSAGES, MAX_FILE_BYTES, MAX_PAYLOAD_BYTES
+from rt_appliance.log.format import KIND_MESSAGE, RECORD_HEADER, decode_file_header
 from rt_appliance.log.recovery import recover_last_file, verify_file
 from rt_appliance.log.scan import Stop, check_record, scan
 from rt_appliance.log.segments import DirectoryLock, list_files
@@ -41,6 +52,7 @@ class ReplicaDir:
         self.fsync = fsync
         self._lock = DirectoryLock(directory)
         self._fd = -1
+        self._partial: _Partial | None = None  # a record arriving in pieces
         try:
             self.recovery = recover_last_file(directory)
             files = list_files(directory)
@@ -68,6 +80,10 @@ class ReplicaDir:
         a caller that groups syncs passes False and calls :meth:`sync_handle` later.
         """
         data = bytes(data)
+        if self._partial is not None:
+            if position == self.end.with_offset(self.end.offset + self._partial.written):
+                return self._continue(data)
+            self._drop_partial()  # the sender starts that record again (or moved on)
         if position.offset == 0:
             header_bytes = self._start_file(position, data)
         elif position != self.end:
@@ -78,12 +94,43 @@ class ReplicaDir:
             )
         else:
             header_bytes = 0
-        _check_records(data, header_bytes, self.directory, position)
+        whole = _check_records(data, header_bytes, self.directory, position)
+        partial = None if whole == len(data) else _start_partial(data, whole, position, self)
         if header_bytes:
             self._create(position, data[:header_bytes])
         size = self.end.offset
         write_all(self._fd, memoryview(data)[header_bytes:], self._path, size)
-        self.end = Position(self.end + len(data) - header_bytes)
+        self.end = Position(self.end + whole - header_bytes)
+        if partial is not None:
+            self._partial = partial
+        return self._maybe_sync(sync)
+
+    def _continue(self, data: bytes) -> Position:
+        """The next piece of the record being received in pieces."""
+        partial = self._partial
+        assert partial is not None
+        at = self.end.offset + partial.written
+        if partial.written + len(data) > partial.size:
+            self._drop_partial()
+            raise CorruptLogError(
+                str(self.directory), at, "a piece runs past the end of the record it continues"
+            )
+        write_all(self._fd, data, self._path, at)
+        partial.written += len(data)
+        partial.crc = zlib.crc32(data, partial.crc)
+        if partial.written == partial.size:
+            self._partial = None
+            if partial.crc != partial.expected_crc:
+                os.ftruncate(self._fd, self.end.offset)
+                raise CorruptLogError(
+                    str(self.directory),
+                    self.end.offset,
+                    f"received record refused: CRC mismatch over its {partial.size} bytes",
+                )
+            self.end = self.end.with_offset(self.end.offset + partial.size)
+        return self._maybe_sync(None)
+
+    def _maybe_sync(self, sync: bool | None) -> Position:
         if self.fsync if sync is None else sync:
             try:
                 os.fdatasync(self._fd)
@@ -91,6 +138,17 @@ class ReplicaDir:
                 self.cut_unsynced(exc)
             self.synced = self.end
         return self.end
+
+    def _drop_partial(self) -> None:
+        """Cut off the pieces of an unfinished record."""
+        self._partial = None
+        if self._fd >= 0:
+            os.ftruncate(self._fd, self.end.offset)
+
+    @property
+    def receiving_bytes(self) -> int:
+        """Bytes of a record arriving in pieces received so far (0: none in progress)."""
+        return 0 if self._partial is None else self._partial.written
 
     def mark_synced(self, end: Position) -> None:
         """A sync through :meth:`sync_handle` succeeded: everything up to ``end`` is durable."""
@@ -102,6 +160,7 @@ class ReplicaDir:
         whatever the page cache shows (a later sync would not write them again). Cut them
         off, so the sender sends them again, and raise :class:`LogError` saying so."""
         cut = ""
+        self._partial = None  # its pieces are cut with the rest
         if self._fd >= 0 and self.end.file_key == self.synced.file_key:
             try:
                 os.ftruncate(self._fd, self.synced.offset)
@@ -161,13 +220,28 @@ class ReplicaDir:
         self._lock.release()
 
 
-def _check_records(data: bytes, start: int, directory: Path, position: Position) -> None:
-    """``data[start:]`` must be whole, valid records (merged-log range records included)."""
+@dataclass(slots=True)
+class _Partial:
+    """A record arriving in pieces, from the replica's end: ``written`` of ``size`` bytes."""
+
+    size: int
+    written: int
+    crc: int  # CRC-32 of the bytes after the CRC field received so far
+    expected_crc: int
+
+
+def _check_records(data: bytes, start: int, directory: Path, position: Position) -> int:
+    """Check that ``data[start:]`` is valid records (merged-log range records included);
+    returns where the whole ones end. Only the last may be unfinished (see
+    :func:`_start_partial`)."""
     offset = start
     while offset < len(data):
         result = scan(data, offset, MAX_BATCH_MESSAGES, decode=False)
         if result.stop is Stop.RANGE:  # a valid range record: step over it
-            offset = check_record(data, result.stop_offset)[1]
+            _, end, problem = check_record(data, result.stop_offset)
+            if problem:  # a range record is small: it never arrives in pieces
+                raise LogError(f"{directory}: chunk at {position!r} ends inside a range record")
+            offset = end
             continue
         if result.stop is Stop.BAD:
             where = position.offset + result.stop_offset
@@ -175,5 +249,29 @@ def _check_records(data: bytes, start: int, directory: Path, position: Position)
                 str(directory), where, f"received record refused: {result.reason}"
             )
         if result.stop_offset == offset:
-            raise LogError(f"{directory}: chunk at {position!r} ends inside a record")
+            return offset
         offset = result.stop_offset
+    return offset
+
+
+def _start_partial(data: bytes, at: int, position: Position, replica: ReplicaDir) -> _Partial:
+    """The record starting at ``data[at]`` that the chunk ends inside of: its first piece.
+
+    Only a sane header may start one (a message record, within the payload limit, no
+    flags), so a chunk that is simply cut short is still refused."""
+    head = data[at : at + RECORD_HEADER.size]
+    where = position.offset + at
+    if len(head) < RECORD_HEADER.size:
+        raise LogError(f"{replica.directory}: chunk at {position!r} ends inside a record header")
+    crc, length, kind, flags, reserved, _, _ = RECORD_HEADER.unpack(head)
+    if kind != KIND_MESSAGE or flags or reserved or length > MAX_PAYLOAD_BYTES:
+        raise CorruptLogError(
+            str(replica.directory), where, f"received record refused: bad header (kind {kind})"
+        )
+    size = RECORD_HEADER.size + length
+    if where + size > MAX_FILE_BYTES:
+        raise CorruptLogError(
+            str(replica.directory), where, "received record refused: it would pass 1 GiB"
+        )
+    piece = data[at:]
+    return _Partial(size, len(piece), zlib.crc32(piece[4:]), crc)

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError, LogError
-from rt_appliance.log.format import KIND_RANGE, RECORD_HEADER, decode_file_header, decode_range
+from rt_appliance.log.format import (
+    KIND_RANGE,
+    RECORD_HEADER,
+    RangeHeader,
+    decode_file_header,
+    decode_range,
+)
 from rt_appliance.log.recovery import remove_temporary_files
 from rt_appliance.log.scan import check_record, scan
 from rt_appliance.log.segments import DirectoryLock, StreamFile, fsync_dir, list_files
@@ -27,7 +33,7 @@ from rt_appliance.log.writer import create_stream_file, write_all
 from rt_appliance.position import Position
 from rt_appliance.sequencer.state import MERGED_SESSION
 
-__all__ = ["MergedLog", "MergedRecord", "parse_merged_records"]
+__all__ = ["MergedLog", "MergedRecord", "merged_record_size", "parse_merged_records"]
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +59,10 @@ def parse_merged_records(buf: bytes, base: int) -> tuple[list[MergedRecord], int
     records: list[MergedRecord] = []
     off = 0
     while off < len(buf):
-        kind, end, problem = check_record(buf, off)
-        if problem:
-            return records, off, problem
-        if kind != KIND_RANGE:
-            return records, off, "a message record where a range record was expected"
-        length = int.from_bytes(buf[off + 4 : off + 8], "little")
-        rng = decode_range(buf[off + RECORD_HEADER.size : off + RECORD_HEADER.size + length])
-        if isinstance(rng, str):
-            return records, off, rng
+        found = _range_at(buf, off)
+        if isinstance(found, str):
+            return records, off, found
+        rng, end = found
         total = end - off + rng.range_bytes
         if off + total > len(buf):
             return records, off, "incomplete"
@@ -74,6 +75,25 @@ def parse_merged_records(buf: bytes, base: int) -> tuple[list[MergedRecord], int
         records.append(MergedRecord(seq, base + off, total, zlib.crc32(buf[off : off + total])))
         off += total
     return records, off, ""
+
+
+def merged_record_size(buf: bytes, off: int) -> int | None:
+    """The size of the merged record at ``buf[off]`` (its range record and the bytes it
+    covers), from its range record alone; None if that is not whole and valid in ``buf``."""
+    found = _range_at(buf, off)
+    return None if isinstance(found, str) else found[1] - off + found[0].range_bytes
+
+
+def _range_at(buf: bytes, off: int) -> tuple[RangeHeader, int] | str:
+    """The range record at ``buf[off]`` and where it ends, or what is wrong there."""
+    kind, end, problem = check_record(buf, off)
+    if problem:
+        return problem
+    if kind != KIND_RANGE:
+        return "a message record where a range record was expected"
+    length = int.from_bytes(buf[off + 4 : off + 8], "little")
+    rng = decode_range(buf[off + RECORD_HEADER.size : off + RECORD_HEADER.size + length])
+    return rng if isinstance(rng, str) else (rng, end)
 
 
 class MergedLog:

@@ -32,7 +32,7 @@ from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.sequencer.inputs import Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
-from rt_appliance.sequencer.merged import MergedLog, parse_merged_records
+from rt_appliance.sequencer.merged import MergedLog, merged_record_size, parse_merged_records
 from rt_appliance.sequencer.state import (
     ZERO_DIGEST,
     Merge,
@@ -329,7 +329,17 @@ class Merger:
                 if isinstance(header, str):
                     raise RTError(f"{peer}'s merged file at {at}: {header}")
                 header_len = header.header_bytes
-            records, _, _ = parse_merged_records(body[header_len:], base + header_len)
+            records, _, problem = parse_merged_records(body[header_len:], base + header_len)
+            size = merged_record_size(body, header_len) if problem == "incomplete" else None
+            if not records and size is not None and header_len + size > len(body):
+                # one record larger than a fetch: ask for it whole, in as many fetches as it takes
+                whole = self._fetch_exact(
+                    peer, "merged", at, at.with_offset(base + header_len + size)
+                )
+                if whole is None:
+                    raise RTError(f"{peer} could not give the {size}-byte merged record at {at}")
+                body = whole
+                records, _, _ = parse_merged_records(body[header_len:], base + header_len)
             records = [r for r in records if r.seq <= target_seq]
             if not records:
                 if got.next_file is not None and got.file_size == at.offset + len(body):

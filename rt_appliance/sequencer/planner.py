@@ -3,9 +3,10 @@
 Every node reports how far it durably holds each input. For an input, the
 *majority extent* is the position that a majority of nodes (this one counted)
 hold. The planner proposes ranges below the majority extent only, at most
-``max_range_bytes`` each, choosing among inputs the one whose next record has the
-oldest timestamp (arrival order across publishers, kept plausible), and keeps up
-to ``max_inflight`` proposals in flight. It plans on a speculative copy of the
+``max_range_bytes`` each (a record larger than that is a range of its own),
+choosing among inputs the one whose next record has the oldest timestamp
+(arrival order across publishers, kept plausible), and keeps up to
+``max_inflight`` proposals in flight. It plans on a speculative copy of the
 committed state advanced by its own proposals; when a proposal fails (a new
 leader, a rejection) it waits for the in-flight ones and starts again from the
 committed state. The state machine rejects any proposal that does not continue
@@ -61,7 +62,6 @@ class Planner:
         self._report_times: dict[str, float] = {}
         self.proposed = 0
         self.failed = 0
-        self._too_big: tuple[str, int] | None = None
         self._term = -1  # the raft term the speculative state was planned in
         self._epoch = 0
 
@@ -170,18 +170,6 @@ class Planner:
         record, count, watermark = build_record(
             name, int(records.start), ts, seq, records.data, spec.watermark_of(name), records
         )
-        if len(record) > spec.roll_bytes - spec.header_bytes and len(records.ids) == 1:
-            if self._too_big != (name, int(records.start)):
-                self._too_big = (name, int(records.start))
-                log.error(
-                    "planner: the record of %s at %s (%d bytes) cannot fit a merged file of "
-                    "sequencer.merged_roll_bytes=%d: merging waits until it is raised",
-                    name,
-                    records.start,
-                    len(record),
-                    spec.roll_bytes,
-                )
-            return None
         if count == 0:  # every record a dedup message merged before: only the input moves
             return Skip(name, int(records.start), int(records.end), ts)
         return Merge(

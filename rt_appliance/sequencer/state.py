@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from rt_appliance.limits import MAX_FILE_BYTES
 from rt_appliance.log.format import FILE_KIND_MERGED, encode_file_header
 from rt_appliance.log.naming import is_dedup_topic, parse_publisher_dir
 from rt_appliance.position import Position
@@ -233,8 +234,8 @@ class SequencerState:
             return problem
         if ins.count < 1 or ins.nbytes <= 0:
             return "merge of no records (a fully deduplicated range is a skip)"
-        if ins.nbytes > self.roll_bytes - self.header_bytes:
-            return f"merge record of {ins.nbytes} bytes cannot fit a {self.roll_bytes}-byte file"
+        if ins.nbytes > MAX_FILE_BYTES - self.header_bytes:  # a file may hold one larger record
+            return f"merge record of {ins.nbytes} bytes cannot fit a file of {MAX_FILE_BYTES}"
         is_dedup = is_dedup_topic(topic_of(ins.dir))
         if is_dedup != (ins.watermark is not None):
             return "watermark given for a topic that is not .dedup, or missing for one"

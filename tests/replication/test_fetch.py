@@ -23,8 +23,12 @@ from rt_appliance.errors import FrameError, PeerRejectedError, TransportError, U
 from rt_appliance.log.format import MAGIC
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import FETCH_ROLE, Fetched, FetchRequest, PeerFetcher
-from rt_appliance.replicate.messages import FrameType, decode_control, encode_fetched
-from rt_appliance.replicate.pull_server import FRAME_MARGIN_BYTES
+from rt_appliance.replicate.messages import (
+    FRAME_MARGIN_BYTES,
+    FrameType,
+    decode_control,
+    encode_fetched,
+)
 from rt_appliance.replicate.session import connect
 from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
 from rt_appliance.transport.tls import client_context

@@ -80,7 +80,9 @@ def test_full_cluster_restart_continues_the_same_log(local_stream) -> None:  # t
     def terms() -> list[int]:
         return [n["term"] for n in stream.quick_status()["nodes"] if n["reachable"]]
 
-    wait_until(lambda: len(terms()) == 3 and min(terms()) > term_before, 30, "every node in a new term")
+    wait_until(
+        lambda: len(terms()) == 3 and min(terms()) > term_before, 30, "every node in a new term"
+    )
     for f in feeds:
         f.publish(5001, 10_000)
     check_stream(stream, feeds)

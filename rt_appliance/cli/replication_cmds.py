@@ -24,7 +24,9 @@ def status(config_path: Path, as_json: bool) -> None:
     """Show every replication connection: state, acknowledged position and lag in bytes.
 
     Reads the Prometheus metrics each push and pull daemon serves; a daemon that
-    does not answer is shown as unreachable. Exit status 1 if any connection is
+    does not answer is shown as unreachable. A push connection whose node keeps
+    refusing the same bytes (5 times in a row) is "stuck": the line after it names
+    the file, the offset and the node's reason. Exit status 1 if any connection is
     not connected.
     """
     rows = collect_status(load_config(config_path))
@@ -37,5 +39,7 @@ def status(config_path: Path, as_json: bool) -> None:
             acked = "-" if r.acked_position is None else str(r.acked_position)
             lag = "-" if r.lag_bytes is None else str(r.lag_bytes)
             click.echo(line.format(r.kind, r.client, r.node, r.dir, r.state, acked, lag))
+            if r.problem:
+                click.echo(f"      stuck at {r.problem}")
     if any(r.state != "connected" for r in rows):
         raise SystemExit(1)

@@ -24,5 +24,9 @@ class Backoff:
         self._ceiling = min(self._ceiling * 2, self.max_s)
         return delay
 
+    def to_ceiling(self) -> None:
+        """Wait the longest from now on (until :meth:`reset`): the peer keeps refusing."""
+        self._ceiling = self.max_s
+
     def reset(self) -> None:
         self._ceiling = self.initial_s

@@ -31,6 +31,7 @@ from rt_appliance.replicate.messages import (
     require,
 )
 from rt_appliance.replicate.push_metrics import PushMetrics
+from rt_appliance.replicate.refusals import Refusals, Stuck
 from rt_appliance.replicate.session import Connection, connect
 from rt_appliance.replicate.source import DirectorySource
 from rt_appliance.transport.tls import client_context
@@ -62,6 +63,8 @@ class PushClient:
         self.metrics = PushMetrics("client")
         self._context = client_context(config.tls, host_name)
         self._attempted: set[str] = set()  # slots that tried to connect at least once
+        self._refusals = {n.name: Refusals() for n in config.nodes}
+        self._current: dict[str, str] = {}  # node -> the directory last offered or sent
         self.ready = asyncio.Event()  # set once every slot has tried
 
     def status_line(self) -> str:
@@ -99,26 +102,60 @@ class PushClient:
         r = self.config.replication
         backoff = Backoff(r.reconnect_initial_ms / 1000, r.reconnect_max_ms / 1000)
         while not stop.is_set():
-            name = node.name
+            name, connected = node.name, False
             try:
                 try:
                     conn, name = await self._connect(node)
                 finally:
                     self._tried(node.name)
-                backoff.reset()
+                connected = True
+                if self._refusals[name].stuck is None:
+                    backoff.reset()
                 try:
                     await self._stream(conn, name, stop)
                 finally:
                     self.connected.discard(name)
                     self.metrics.connected.labels(node=name).set(0)
                     await conn.close()
-            except RTError as exc:
+            except (RTError, OSError, TimeoutError) as exc:
                 self.metrics.reconnects.labels(node=name).inc()
-                log.warning("push to %s: %s; retrying", name, exc)
-            except (OSError, TimeoutError) as exc:
-                self.metrics.reconnects.labels(node=name).inc()
-                log.warning("push to %s: %s; retrying", name, exc)
+                if connected:
+                    self._connection_failed(name, exc, backoff)
+                else:
+                    log.warning("push to %s: %s; retrying", name, exc)
             await asyncio.sleep(backoff.next_delay())
+
+    def _connection_failed(self, node: str, exc: BaseException, backoff: Backoff) -> None:
+        """A connection that was up ended: count identical refusals, and when the node keeps
+        refusing the same bytes say so once and retry at the slowest backoff."""
+        d = self._current.get(node, self.dirs[0])
+        where = Stuck(d, self.acked[node].get(d), str(exc) or type(exc).__name__)
+        refusals = self._refusals[node]
+        if refusals.refused(where):
+            backoff.to_ceiling()
+            self.metrics.stuck_total.labels(node=node).inc()
+            self.metrics.stuck.labels(node, where.dir, where.file, where.offset, where.reason).set(
+                1
+            )
+            log.error(
+                "push to %s is stuck: refused %d times in a row at %s; retrying every %g s "
+                "until the node takes it (rt replication status shows it)",
+                node,
+                refusals.count,
+                where.describe(),
+                backoff.max_s,
+            )
+        elif refusals.stuck is not None and refusals.stuck == where:
+            log.debug("push to %s still stuck at %s", node, where.describe())
+        else:
+            log.warning("push to %s: %s; retrying", node, exc)
+
+    def _moved(self, node: str) -> None:
+        """The node acknowledged new bytes: whatever was stuck is not any more."""
+        was = self._refusals[node].progressed()
+        if was is not None:
+            self.metrics.stuck.remove(node, was.dir, was.file, was.offset, was.reason)
+            log.info("push to %s moves again past %s", node, was.describe())
 
     async def _connect(self, node: NodeConfig) -> tuple[Connection, str]:
         lb = self.config.load_balancer
@@ -142,13 +179,15 @@ class PushClient:
                 raise RTError(f"load balancer gave {name}, already connected; trying again")
         self.connected.add(name)
         self.metrics.connected.labels(node=name).set(1)
-        log.info("push connected to %s", name)
+        quiet = self._refusals[name].stuck is not None  # said once already: do not repeat
+        (log.debug if quiet else log.info)("push connected to %s", name)
         return conn, name
 
     async def _stream(self, conn: Connection, node: str, stop: asyncio.Event) -> None:
         sources: dict[str, DirectorySource] = {}
         try:
             for d in self.dirs:
+                self._current[node] = d
                 await conn.send(FrameType.OFFER, {"dir": d})
                 fields = await conn.receive_control(FrameType.RESUME)
                 position = Position.parse(require(fields, "position", int))
@@ -201,6 +240,7 @@ class PushClient:
                 for d, source in sources.items():
                     chunk = source.read()
                     if chunk is not None:
+                        self._current[node] = d
                         await asyncio.wait_for(
                             conn.send_data(d, chunk.position, chunk.data), timeout
                         )
@@ -236,6 +276,8 @@ class PushClient:
                 require(fields, "dir", str),
                 Position.parse(require(fields, "position", int)),
             )
+            if position > self.acked[node].get(d, Position.ZERO):
+                self._moved(node)
             self.acked[node][d] = position
             self._last_ack[node] = time.monotonic()
             self.metrics.acked_position.labels(node=node, dir=d).set(int(position))

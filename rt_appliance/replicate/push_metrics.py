@@ -55,6 +55,19 @@ class PushMetrics:
             ["dir", "reason"],
             registry=self.registry,
         )
+        self.stuck = Gauge(
+            f"{prefix}_stuck",
+            "1 while a node keeps refusing the same bytes (the same reason at the same place, "
+            "5 connections in a row, nothing acknowledged): where, and the node's reason",
+            ["node", "dir", "file", "offset", "reason"],
+            registry=self.registry,
+        )
+        self.stuck_total = Counter(
+            f"{prefix}_stuck_episodes",
+            "Times a connection became stuck on bytes a node keeps refusing",
+            ["node"],
+            registry=self.registry,
+        )
         self.deleted_files = Counter(
             f"{prefix}_deleted_files",
             "Publisher files deleted after every node acknowledged them",

@@ -32,6 +32,7 @@ class ConnectionStatus:
     state: str  # connected | disconnected | unreachable
     acked_position: int | None
     lag_bytes: int | None
+    problem: str = ""  # why a stuck connection is stuck: file, offset and the peer's reason
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -60,6 +61,14 @@ def _value(samples: Samples, name: str, **labels: str) -> float | None:
     return None
 
 
+def _stuck(samples: Samples, node: str, d: str) -> str:
+    """Where and why a push client is stuck on ``node`` for directory ``d`` ("" if not)."""
+    for labels, value in samples.get("rt_push_client_stuck", []):
+        if value and labels.get("node") == node and labels.get("dir") == d:
+            return f"{labels['file']} offset {labels['offset']}: {labels['reason']}"
+    return ""
+
+
 def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
     rows = []
     for pub in config.publishers:
@@ -75,15 +84,18 @@ def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
                 up = _value(samples, "rt_push_client_connected", node=node.name)
                 acked = _value(samples, "rt_push_client_acked_position", node=node.name, dir=d)
                 lag = _value(samples, "rt_push_client_lag_bytes", node=node.name, dir=d)
+                stuck = _stuck(samples, node.name, d)
+                state = "stuck" if stuck else "connected" if up else "disconnected"
                 rows.append(
                     ConnectionStatus(
                         "push",
                         pub.name,
                         node.name,
                         d,
-                        "connected" if up else "disconnected",
+                        state,
                         None if acked is None else int(acked),
                         None if lag is None else int(lag),
+                        stuck,
                     )
                 )
     return rows

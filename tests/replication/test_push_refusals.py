@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import time
+import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,10 +19,12 @@ from rt_appliance.certs import create_ca, issue_host_cert, load_certificate, loa
 from rt_appliance.config import load_config
 from rt_appliance.errors import PeerRejectedError, TransportError
 from rt_appliance.replicate.messages import FrameType
+from rt_appliance.replicate.refusals import STUCK_AFTER
 from rt_appliance.replicate.session import connect
 from rt_appliance.testing.checkers import log_files
 from rt_appliance.testing.cluster import wait_until
 from rt_appliance.transport.tls import client_context
+from tests.helpers import rt
 from tests.replication.conftest import Stream
 from tests.replication.test_push import publish, wait_identical
 
@@ -156,3 +161,56 @@ def test_corrupt_replica_on_disk_refuses_to_append(make_stream: Callable[..., St
     # Once the operator removes the damaged copy, replication completes.
     (replica / name).unlink()
     wait_identical(stream, expected, nodes=["rt-1"])
+
+
+def test_a_node_refusing_the_same_bytes_makes_the_connection_stuck(
+    make_stream: Callable[..., Stream],
+) -> None:
+    stream = make_stream(
+        nodes=1,
+        replication={"delete_acked": False, "reconnect_initial_ms": 20, "reconnect_max_ms": 600},
+    )
+    publish(stream.pub_root(), 3, roll_bytes=1 << 20)
+    expected = log_files(stream.pub_root() / "trades.pub-1")
+    ((name, data),) = expected.items()
+    replica = stream.replica("rt-1")
+    replica.mkdir(parents=True)
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 0xFF
+    (replica / name).write_bytes(bytes(damaged))
+    stream.push_server("rt-1")
+    client = stream.push_client(metrics_port=None)
+
+    def status() -> tuple[int, dict[str, object]]:
+        result = rt(
+            "replication", "status", "--config", str(stream.config_path), "--json", check=False
+        )
+        return result.returncode, json.loads(result.stdout)[0]
+
+    wait_until(lambda: status()[1]["state"] == "stuck", 30, f"a stuck connection\n{stream.logs()}")
+    code, row = status()
+    assert code == 1 and "corrupt at offset" in str(row["problem"]), row  # stuck: exit 1
+    table = rt("replication", "status", "--config", str(stream.config_path), check=False).stdout
+    assert "stuck at" in table and "corrupt at offset" in table
+    # one error says it, and the retries slow down to the ceiling instead of spinning
+    assert client.log().count("is stuck") == 1, client.log()
+    retries = client.log().count("retrying")
+    stuck_lines = len(client.log().splitlines())
+    time.sleep(3)  # an observation window: at the ceiling (0.3-0.6 s) retries log nothing new
+    metrics = (
+        urllib.request.urlopen(
+            f"http://{stream.config.publisher('pub-1').host}:{stream.config.ports.push_client_metrics}/metrics",
+            timeout=5,
+        )
+        .read()
+        .decode()
+    )
+    assert 'rt_push_client_stuck_episodes_total{node="rt-1"} 1.0' in metrics
+    assert len(client.log().splitlines()) - stuck_lines <= 2, client.log()[-2000:]
+    assert retries >= STUCK_AFTER - 1  # warnings until it counts as stuck
+    # the operator moves the damaged copy away: replication completes and the state clears
+    (replica / name).unlink()
+    wait_identical(stream, expected, nodes=["rt-1"])
+    wait_until(lambda: status()[1]["state"] == "connected", 30, f"connected: {status()}")
+    assert status()[1]["problem"] == ""
+    assert "moves again" in client.log()

@@ -17,14 +17,17 @@ from pathlib import Path
 
 from rt_appliance.bench.stats import Result
 from rt_appliance.config import load_config
+from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.publish import Publisher
 from rt_appliance.subscribe import Subscriber
 from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
+from rt_appliance.testing.stream import LocalStream
 
 __all__ = ["run_replicate_bench"]
 
 NODES = ["rt-1", "rt-2", "rt-3"]
 _PAYLOAD = b"x" * 100
+LARGE_RECORD_FRAMES = 4  # the stated bound: RSS growth of a replication daemon, in frames
 
 
 class _Stream:
@@ -151,6 +154,49 @@ def _follow(directory: Path, count: int, samples: list[float], stop: threading.E
             return
 
 
+def large_records_memory(
+    work: Path, records: int, record_bytes: int = MAX_PAYLOAD_BYTES
+) -> tuple[float, dict[str, int], dict[str, int]]:
+    """Move ``records`` payloads of ``record_bytes`` through a whole 3-node stream (push,
+    merge, pull to a subscriber host); returns the seconds it took, and each replication
+    daemon's baseline RSS and peak RSS growth meanwhile ({role: bytes}, the largest over
+    that role's daemons)."""
+    stream = LocalStream(work, nodes=3, extra={"replication": {"delete_acked": True}})
+    roles = ("push-client", "push-server", "pull-server", "pull-client")
+    try:
+        stream.start()
+        stream.wait_leader()
+        copy = stream.subscriber_dir("sub-1")
+        with Publisher(stream.publisher_root("pub-1"), "trades", "pub-1", fsync="never") as pub:
+            pub.publish(b"warm-up")
+            wait_until(lambda: _size(copy) > 0, 60, "the warm-up message at the subscriber")
+            pids = {
+                name: d.proc.pid
+                for name, d in stream.daemons.items()
+                if d.proc is not None and name.startswith(roles)
+            }
+            base = {name: _rss_bytes(pid) for name, pid in pids.items()}
+            peak = dict(base)
+            payload = os.urandom(record_bytes)
+            start = time.perf_counter()
+            for _ in range(records):
+                pub.publish(payload)
+        target = _size(stream.publisher_dir("pub-1", "trades")) - 4096
+
+        def done() -> bool:
+            for name, pid in pids.items():
+                peak[name] = max(peak[name], _rss_bytes(pid))
+            return _size(copy) >= target
+
+        wait_until(done, 900, "every large record at the subscriber", interval_s=0.01)
+        elapsed = time.perf_counter() - start
+    finally:
+        stream.stop()
+    baseline = {r: max(v for n, v in base.items() if n.startswith(r)) for r in roles}
+    growth = {r: max(peak[n] - base[n] for n in pids if n.startswith(r)) for r in roles}
+    return elapsed, baseline, growth
+
+
 def run_replicate_bench(
     workdir: Path,
     runs: int,
@@ -158,8 +204,10 @@ def run_replicate_bench(
     memory_bytes: int,
     progress: Callable[[str], None],
     fsync: str = "batch",
+    large_records: int = 0,
 ) -> list[Result]:
-    """Every replication figure; ``fsync`` is the servers' ``replication.fsync``."""
+    """Every replication figure; ``fsync`` is the servers' ``replication.fsync``;
+    ``large_records``: also move that many records of MAX_PAYLOAD_BYTES end to end."""
     throughput = Result("push throughput, 1 publisher dir to 3 nodes, aggregate", "MB/s", ">= 300")
     catchup = Result(
         f"catch-up of a {backlog_bytes / 2**30:.2g} GiB backlog per node", "s", "<= 5 (1 GiB)"
@@ -193,4 +241,34 @@ def run_replicate_bench(
         gb = f"{memory_bytes / 1e9:.1f} GB"
         for name, grew in sorted(growth.items()):
             results.append(Result(f"{name} RSS growth moving {gb}", "MB", "flat", [grew / 1e6]))
+    if large_records:
+        results += _large_results(workdir, large_records, progress)
+    return results
+
+
+def _large_results(workdir: Path, records: int, progress: Callable[[str], None]) -> list[Result]:
+    """RSS of each replication daemon moving ``records`` records of MAX_PAYLOAD_BYTES."""
+    mib = MAX_PAYLOAD_BYTES >> 20
+    progress(f"memory: {records} records of {mib} MiB through push, merge and pull")
+    work = Path(tempfile.mkdtemp(dir=workdir))
+    try:
+        seconds, baseline, growth = large_records_memory(work / "big", records)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    frame = 4 << 20  # replication.max_frame_bytes, default
+    bound = f"<= {LARGE_RECORD_FRAMES} frames ({LARGE_RECORD_FRAMES * frame / 1e6:.0f} MB)"
+    results = [
+        Result(
+            f"{records} x {mib} MiB records, publish to subscriber copy (3 nodes)",
+            "MB/s",
+            "-",
+            [records * MAX_PAYLOAD_BYTES / seconds / 1e6],
+        )
+    ]
+    for role in sorted(growth):
+        result = Result(
+            f"{role} RSS growth moving {mib} MiB records", "MB", bound, [growth[role] / 1e6]
+        )
+        result.note = f"baseline RSS {baseline[role] / 1e6:.0f} MB; 4 MiB frames"
+        results.append(result)
     return results

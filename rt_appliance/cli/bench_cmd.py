@@ -149,6 +149,14 @@ def log_bench(
     show_default=True,
     help="Backlog per node for the catch-up and throughput runs, in GiB.",
 )
+@click.option(
+    "--large-records",
+    type=click.IntRange(0, 64),
+    default=4,
+    show_default=True,
+    help="Records of 64 MiB (the largest payload) moved through push, merge and pull to a "
+    "subscriber while each daemon's RSS is sampled (0 skips it).",
+)
 def replicate_bench(
     runs: int,
     memory_gb: float,
@@ -157,6 +165,7 @@ def replicate_bench(
     as_json: bool,
     fsync: str,
     backlog_gib: float,
+    large_records: int,
 ) -> None:
     """Push replication: throughput and catch-up to 3 nodes, latency, memory.
 
@@ -164,11 +173,19 @@ def replicate_bench(
     Latency: publish at 5,000 msg/s for 10 s; a follower on one node's replica
     measures publish-to-replica time. Catch-up: time for every node to hold a
     backlog written beforehand (the aggregate throughput is 3 x backlog / time).
-    Memory: daemon RSS while --memory-gb is moved to every node.
+    Memory: daemon RSS while --memory-gb is moved to every node, and while
+    --large-records records of 64 MiB cross a whole 3-node stream (push client, push
+    servers, pull server, pull client), each sent in frames of at most 4 MiB.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     results = run_replicate_bench(
-        workdir, runs, int(backlog_gib * 2**30), int(memory_gb * 1e9), _progress("replicate"), fsync
+        workdir,
+        runs,
+        int(backlog_gib * 2**30),
+        int(memory_gb * 1e9),
+        _progress("replicate"),
+        fsync,
+        large_records,
     )
     _report("replicate", results, workdir, output, as_json, _REPLICATE_NOTES)
 

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
 
@@ -27,6 +28,7 @@ def run_daemon(
     ``served``), and the watchdog and status task runs on this loop until the end.
     """
     notifier = Notifier()
+    return_freed_buffers()
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

@@ -57,7 +57,7 @@ from rt_appliance.replicate.messages import (
 )
 from rt_appliance.replicate.session import Connection, connect
 from rt_appliance.replicate.topology import Endpoint, endpoints, pull_source_dir
-from rt_appliance.transport.framing import FRAME_HEADER
+from rt_appliance.transport.framing import FRAME_HEADER, write_pieces
 from rt_appliance.transport.listen import set_keepalive
 from rt_appliance.transport.tls import client_context
 
@@ -222,8 +222,7 @@ async def send_fetched(conn: Connection, dir: str, fetched: Fetched) -> None:
     head, payload = encode_fetched(fetched.head(dir), fetched.data)
     frame_header = FRAME_HEADER.pack(len(head) + len(payload) + 1, FrameType.FETCHED)
     try:
-        conn.writer.writelines([frame_header, head, payload])
-        await conn.writer.drain()
+        await write_pieces(conn.writer, [frame_header, head, payload])
     except (ssl.SSLError, OSError) as exc:
         raise TransportError(f"connection to {conn.peer} failed: {exc}") from exc
 

@@ -28,7 +28,7 @@ from rt_appliance.replicate.messages import (
     encode_data,
     require,
 )
-from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame
+from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame, write_pieces
 from rt_appliance.transport.tls import peer_name
 
 __all__ = ["Connection", "accept", "connect", "finish_in_thread"]
@@ -59,8 +59,7 @@ class Connection:
 
     async def _write(self, pieces: list[bytes | memoryview]) -> None:
         try:
-            self.writer.writelines(pieces)
-            await self.writer.drain()
+            await write_pieces(self.writer, pieces)
         except (ssl.SSLError, OSError) as exc:
             raise TransportError(f"connection to {self.peer} failed: {exc}") from exc
 

@@ -79,11 +79,11 @@ class ReplicaDir:
         ``sync`` (default: the replica's policy) makes it durable before returning;
         a caller that groups syncs passes False and calls :meth:`sync_handle` later.
         """
-        data = bytes(data)
         if self._partial is not None:
             if position == self.end.with_offset(self.end.offset + self._partial.written):
-                return self._continue(data)
+                return self._continue(data)  # not copied: a piece is written as it came
             self._drop_partial()  # the sender starts that record again (or moved on)
+        data = bytes(data)
         if position.offset == 0:
             header_bytes = self._start_file(position, data)
         elif position != self.end:
@@ -105,7 +105,7 @@ class ReplicaDir:
             self._partial = partial
         return self._maybe_sync(sync)
 
-    def _continue(self, data: bytes) -> Position:
+    def _continue(self, data: bytes | memoryview) -> Position:
         """The next piece of the record being received in pieces."""
         partial = self._partial
         assert partial is not None

@@ -12,6 +12,11 @@
 connection's ``max_frame_bytes`` is a protocol error: the connection is closed
 before the body is read. TLS, socket and end-of-stream errors become
 :class:`TransportError`; malformed frames :class:`FrameError`.
+
+Large frames move in slices of ``SLICE_BYTES``: a body is read into one buffer of
+its size (not grown in the stream's buffer and copied out), and written a slice at
+a time, waiting for the transport to drain in between, so TLS never holds an
+encrypted copy of a whole frame. A connection's memory is then about one frame.
 """
 
 from __future__ import annotations
@@ -22,9 +27,17 @@ import struct
 
 from rt_appliance.errors import FrameError, TransportError
 
-__all__ = ["FRAME_HEADER", "encode_frame", "read_frame", "write_frame"]
+__all__ = [
+    "FRAME_HEADER",
+    "SLICE_BYTES",
+    "encode_frame",
+    "read_frame",
+    "write_frame",
+    "write_pieces",
+]
 
 FRAME_HEADER = struct.Struct("<IB")
+SLICE_BYTES = 256 << 10
 
 
 def encode_frame(frame_type: int, body: bytes | memoryview) -> list[bytes | memoryview]:
@@ -39,7 +52,10 @@ async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> tupl
         length, frame_type = FRAME_HEADER.unpack(head)
         if length < 1 or length > max_frame_bytes:
             raise FrameError(f"frame of {length} bytes (limit {max_frame_bytes})")
-        body = await reader.readexactly(length - 1)
+        if length - 1 <= SLICE_BYTES:
+            body = await reader.readexactly(length - 1)
+        else:
+            body = await _read_sliced(reader, length - 1)
     except asyncio.IncompleteReadError as exc:
         what = "mid-frame" if exc.partial else "between frames"
         raise TransportError(f"connection closed by peer {what}") from exc
@@ -48,12 +64,38 @@ async def read_frame(reader: asyncio.StreamReader, max_frame_bytes: int) -> tupl
     return frame_type, body
 
 
+async def _read_sliced(reader: asyncio.StreamReader, size: int) -> bytes:
+    """``size`` bytes read a slice at a time into one buffer of that size."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    at = 0
+    while at < size:
+        piece = await reader.readexactly(min(SLICE_BYTES, size - at))
+        view[at : at + len(piece)] = piece
+        at += len(piece)
+    view.release()
+    return buf  # type: ignore[return-value]  # a bytearray serves every caller of bytes here
+
+
+async def write_pieces(writer: asyncio.StreamWriter, pieces: list[bytes | memoryview]) -> None:
+    """Write ``pieces`` (one frame) and wait for the transport to drain; a large piece goes
+    a slice at a time. Socket and TLS errors are left to the caller to map."""
+    if sum(len(p) for p in pieces) <= SLICE_BYTES:
+        writer.writelines(pieces)
+        await writer.drain()
+        return
+    for piece in pieces:
+        view = memoryview(piece)
+        for at in range(0, len(view), SLICE_BYTES):
+            writer.write(view[at : at + SLICE_BYTES])
+            await writer.drain()
+
+
 async def write_frame(
     writer: asyncio.StreamWriter, frame_type: int, body: bytes | memoryview
 ) -> None:
     """Send one frame and wait until the transport's buffer drains."""
     try:
-        writer.writelines(encode_frame(frame_type, body))
-        await writer.drain()
+        await write_pieces(writer, encode_frame(frame_type, body))
     except (ssl.SSLError, OSError) as exc:
         raise TransportError(f"connection failed: {exc}") from exc

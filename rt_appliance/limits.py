@@ -50,6 +50,15 @@ KEEPALIVE_IDLE_S = 10
 KEEPALIVE_INTERVAL_S = 5
 KEEPALIVE_PROBES = 3
 
+# Memory a daemon needs (checked against each role's MemoryMax by rt.yaml validation):
+# a Python daemon with its libraries, plus per replication connection a few frames
+# (measured: at most 3 frames of growth per connection moving 64 MiB records, see
+# docs/BENCHMARKS.md), plus for the sequencer a few copies of the largest record
+# (it builds a merged record from the input bytes and checks it against the commit).
+DAEMON_BASE_BYTES = 128 << 20
+FRAMES_PER_CONNECTION = 8
+RECORD_COPIES = 4
+
 invariant(OFFSET_BITS + ROLL_BITS + SESSION_BITS == 64, "position fields fill 64 bits")
 invariant(MAX_ROLL_BYTES <= MAX_FILE_BYTES + 1, "a rolled file's end offset fits in a position")
 invariant(MIN_ROLL_BYTES <= DEFAULT_ROLL_BYTES <= MAX_ROLL_BYTES, "default roll size in range")

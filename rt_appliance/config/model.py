@@ -26,7 +26,14 @@ from pydantic import (
 from rt_appliance.config.spark import SparkConfig
 from rt_appliance.config.types import FieldProblem, Port, Size
 from rt_appliance.errors import UsageError
+from rt_appliance.limits import (
+    DAEMON_BASE_BYTES,
+    FRAMES_PER_CONNECTION,
+    MAX_PAYLOAD_BYTES,
+    RECORD_COPIES,
+)
 from rt_appliance.log.naming import validate_host, validate_topic
+from rt_appliance.sizes import format_size
 
 __all__ = [
     "ApplianceConfig",
@@ -344,6 +351,56 @@ class StreamConfig(_Model):
                     ("nodes", i, "host"), f"two nodes have the same host address {node.host}"
                 )
             addresses.add(node.host)
+        return self
+
+    @model_validator(mode="after")
+    def _memory(self) -> StreamConfig:
+        """Each role's MemoryMax must hold what the role may hold: frames per connection for
+        the replication roles, whole records of the largest payload for the sequencer.
+        Otherwise the kernel would kill the daemon at the first large record, again and
+        again: an accepted payload could not travel."""
+        units = self.appliance.units
+        frame = self.replication.max_frame_bytes
+        need = {
+            "push_client": (len(self.nodes), frame, "replication.max_frame_bytes"),
+            "push_server": (max(1, len(self.publishers)), frame, "replication.max_frame_bytes"),
+            "pull_server": (
+                len(self.subscribers) + len(self.nodes) - 1 or 1,
+                frame,
+                "replication.max_frame_bytes",
+            ),
+            "pull_client": (1, frame, "replication.max_frame_bytes"),
+            "sequencer": (1, MAX_PAYLOAD_BYTES, "the largest payload (64MiB)"),
+        }
+        for role, (connections, unit, what) in need.items():
+            settings: RoleUnitConfig = getattr(units, role)
+            per = FRAMES_PER_CONNECTION if role != "sequencer" else RECORD_COPIES
+            least = DAEMON_BASE_BYTES + per * unit * connections
+            if settings.memory_max is None or settings.memory_max >= least:
+                continue
+            key = f"appliance.units.{role}.memory_max"
+            holds = (
+                f"{per} copies of a record of {what}"
+                if role == "sequencer"
+                else f"up to {per} frames of {format_size(frame)} per connection "
+                f"({connections} connection(s))"
+            )
+            why = (
+                f"the daemon needs {format_size(DAEMON_BASE_BYTES)} plus {holds}, "
+                f"{format_size(least)} in all"
+            )
+            explicit = role in units.model_fields_set and "memory_max" in settings.model_fields_set
+            if explicit or role == "sequencer":
+                raise FieldProblem(
+                    ("appliance", "units", role, "memory_max"),
+                    f"{format_size(settings.memory_max)} is too small for {what}: {why}; "
+                    f"raise it" + ("" if role == "sequencer" else f" or lower {what}"),
+                )
+            raise FieldProblem(  # the default memory_max is fine: the frame is not
+                ("replication", "max_frame_bytes"),
+                f"{format_size(frame)} is too large for {key} ({format_size(settings.memory_max)}"
+                f", its default): {why}; lower it or set {key}",
+            )
         return self
 
     @model_validator(mode="after")

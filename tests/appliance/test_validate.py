@@ -64,6 +64,25 @@ CASES = [
     (BASE + "ports:\n  pull: 70000\n", 9, "ports.pull", "less than or equal to 65535"),
     (BASE + "replication:\n  max_frame_bytes: lots\n", 9, "replication.max_frame_bytes", "size"),
     (BASE + "replication:\n  max_frame_bytes: 1KiB\n", 9, "replication.max_frame_bytes", "64KiB"),
+    # limits that must agree: a frame the default MemoryMax of a role cannot hold
+    (
+        BASE + "replication:\n  max_frame_bytes: 64MiB\n",
+        9,
+        "replication.max_frame_bytes",
+        "too large for appliance.units.push_client.memory_max",
+    ),
+    (
+        BASE + "appliance:\n  units:\n    pull_client:\n      memory_max: 64MiB\n",
+        11,
+        "appliance.units.pull_client.memory_max",
+        "too small for replication.max_frame_bytes",
+    ),
+    (
+        BASE + "appliance:\n  units:\n    sequencer:\n      memory_max: 200MiB\n",
+        11,
+        "appliance.units.sequencer.memory_max",
+        "the largest payload (64MiB)",
+    ),
     (
         BASE + "replication:\n  reconnect_initial_ms: 10\n  reconnect_max_ms: 5\n",
         10,

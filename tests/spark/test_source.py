@@ -153,3 +153,26 @@ def test_position_is_where_a_subscriber_restarts(spark: Any, tmp_path: Path) -> 
     last = spark.read.format("rt").load(str(log)).orderBy("position").collect()[24]
     rest = list(Subscriber(log).read(position=last.position))
     assert [m.id for m in rest] == list(range(26, 51))
+
+
+def test_every_payload_size_reads_whole(spark: Any, tmp_path: Path) -> None:
+    """Sizes around the read chunk and the largest payload come out as published."""
+    from rt_appliance.limits import MAX_PAYLOAD_BYTES, READ_CHUNK_BYTES
+
+    sizes = [0, 1, READ_CHUNK_BYTES - 29, READ_CHUNK_BYTES + 1, MAX_PAYLOAD_BYTES]
+    payloads = [bytes([i + 1]) * n for i, n in enumerate(sizes)]
+    with Publisher(tmp_path, "t", "h", fsync="never") as pub:
+        for i, body in enumerate(payloads):
+            pub.publish(b"before-%d" % i, id=2 * i + 1)
+            pub.publish(body, id=2 * i + 2)
+    rows = (
+        spark.read.format("rt")
+        .load(str(tmp_path / "t.h"))
+        .selectExpr("id", "length(payload) AS n", "substr(payload, 1, 1) AS first")
+        .orderBy("id")
+        .collect()
+    )
+    assert [r.id for r in rows] == list(range(1, 2 * len(sizes) + 1))
+    big = rows[1::2]
+    assert [r.n for r in big] == sizes
+    assert [bytes(r.first) for r in big] == [p[:1] for p in payloads]

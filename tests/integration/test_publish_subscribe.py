@@ -21,6 +21,7 @@ from rt_appliance import (
     Subscriber,
     UsageError,
 )
+from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.log.format import RECORD_HEADER
 from rt_appliance.log.segments import list_files
 from tests.helpers import check_whole_log, payloads, read_all, snapshot
@@ -261,6 +262,23 @@ def test_a_record_that_cannot_fit_is_refused_and_nothing_is_written(tmp_path: Pa
         assert snapshot(pub.directory) == before
         pub.publish(b"still ok")
     assert payloads(read_all(pub.directory)) == [b"ok", b"still ok"]
+
+
+def test_a_payload_over_the_limit_is_a_usage_error_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    with Publisher(tmp_path, "t", "h") as pub:
+        pub.publish(b"ok")
+        before = snapshot(pub.directory)
+        for call in (
+            lambda: pub.publish(bytes(MAX_PAYLOAD_BYTES + 1)),
+            lambda: pub.publish_batch([b"small", bytes(MAX_PAYLOAD_BYTES + 1)]),
+        ):
+            with pytest.raises(UsageError, match=str(MAX_PAYLOAD_BYTES)):
+                call()
+            assert snapshot(pub.directory) == before
+        pub.publish(bytes(MAX_PAYLOAD_BYTES))  # the limit itself is accepted
+    assert [len(p) for p in payloads(read_all(pub.directory))] == [2, MAX_PAYLOAD_BYTES]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ __all__ = ["run_replicate_bench"]
 
 NODES = ["rt-1", "rt-2", "rt-3"]
 _PAYLOAD = b"x" * 100
-LARGE_RECORD_FRAMES = 4  # the stated bound: RSS growth of a replication daemon, in frames
+LARGE_RECORD_FRAMES = 12  # the stated bound: RSS growth of a replication daemon, in frames
 
 
 class _Stream:

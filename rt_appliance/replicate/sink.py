@@ -273,5 +273,5 @@ def _start_partial(data: bytes, at: int, position: Position, replica: ReplicaDir
         raise CorruptLogError(
             str(replica.directory), where, "received record refused: it would pass 1 GiB"
         )
-    piece = data[at:]
+    piece = memoryview(data)[at:]  # not copied: it may be most of a frame
     return _Partial(size, len(piece), zlib.crc32(piece[4:]), crc)

@@ -53,8 +53,9 @@ KEEPALIVE_PROBES = 3
 # Memory a daemon needs (checked against each role's MemoryMax by rt.yaml validation):
 # a Python daemon with its libraries, plus per replication connection a few frames
 # (measured moving 64 MiB records in 4 MiB frames: 3-11 frames of growth per daemon,
-# see docs/BENCHMARKS.md; the base covers the rest), plus for the sequencer a few copies of the largest record
-# (it builds a merged record from the input bytes and checks it against the commit).
+# see docs/BENCHMARKS.md; the base covers the rest), plus for the sequencer a few
+# copies of the largest record (it builds a merged record from the input bytes and
+# checks it against the commit).
 DAEMON_BASE_BYTES = 128 << 20
 FRAMES_PER_CONNECTION = 8
 RECORD_COPIES = 4

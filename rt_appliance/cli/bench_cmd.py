@@ -567,6 +567,8 @@ servers and the latency follower. What limits the figures:
   2.18 ms; the rest is five processes woken per message on two cores, shared with other
   work (one run's p99 of 33 ms above is such a stall);
 - memory: each daemon grows by its frame buffers (about 20 MB) whatever it moves.
+- large records: each 64 MiB record crosses in 4 MiB frames; a daemon's RSS grows by a
+  few frames (the bound is 12 frames per daemon), not by the record size.
 """
 
 

@@ -145,8 +145,8 @@ class PushClient:
                 where.describe(),
                 backoff.max_s,
             )
-        elif refusals.stuck is not None and refusals.stuck == where:
-            log.debug("push to %s still stuck at %s", node, where.describe())
+        elif refusals.stuck is not None:  # said once; nothing moved since: stay quiet
+            log.debug("push to %s still stuck: %s", node, where.describe())
         else:
             log.warning("push to %s: %s; retrying", node, exc)
 

@@ -136,18 +136,23 @@ def test_publisher_cannot_write_another_hosts_topic(
     assert "may not write" in server.log()
 
 
-def test_corrupt_replica_on_disk_refuses_to_append(make_stream: Callable[..., Stream]) -> None:
-    stream = make_stream(nodes=1, replication={"delete_acked": False})
+def _damaged_replica(stream: Stream) -> tuple[dict[str, bytes], Path, str, bytes]:
+    """Publish one file; rt-1 already holds it, but a byte in a middle record went bad on
+    its disk. Returns the publisher's files, rt-1's replica dir, the file and its bytes."""
     publish(stream.pub_root(), 3, roll_bytes=1 << 20)
-    source = stream.pub_root() / "trades.pub-1"
-    expected = log_files(source)
+    expected = log_files(stream.pub_root() / "trades.pub-1")
     ((name, data),) = expected.items()
-    # rt-1 already holds this file, but a byte in a middle record went bad on its disk.
     replica = stream.replica("rt-1")
     replica.mkdir(parents=True)
     damaged = bytearray(data)
     damaged[len(data) // 2] ^= 0xFF
     (replica / name).write_bytes(bytes(damaged))
+    return expected, replica, name, bytes(damaged)
+
+
+def test_corrupt_replica_on_disk_refuses_to_append(make_stream: Callable[..., Stream]) -> None:
+    stream = make_stream(nodes=1, replication={"delete_acked": False})
+    expected, replica, name, damaged = _damaged_replica(stream)
     server = stream.push_server("rt-1")
     client = stream.push_client()
     wait_until(
@@ -155,9 +160,7 @@ def test_corrupt_replica_on_disk_refuses_to_append(make_stream: Callable[..., St
         20,
         f"the refusal to be reported\n{stream.logs()}",
     )
-    assert (replica / name).read_bytes() == bytes(damaged), (
-        "nothing may be written after corruption"
-    )
+    assert (replica / name).read_bytes() == damaged, "nothing may be written after corruption"
     # Once the operator removes the damaged copy, replication completes.
     (replica / name).unlink()
     wait_identical(stream, expected, nodes=["rt-1"])
@@ -170,14 +173,7 @@ def test_a_node_refusing_the_same_bytes_makes_the_connection_stuck(
         nodes=1,
         replication={"delete_acked": False, "reconnect_initial_ms": 20, "reconnect_max_ms": 600},
     )
-    publish(stream.pub_root(), 3, roll_bytes=1 << 20)
-    expected = log_files(stream.pub_root() / "trades.pub-1")
-    ((name, data),) = expected.items()
-    replica = stream.replica("rt-1")
-    replica.mkdir(parents=True)
-    damaged = bytearray(data)
-    damaged[len(data) // 2] ^= 0xFF
-    (replica / name).write_bytes(bytes(damaged))
+    expected, replica, name, _ = _damaged_replica(stream)
     stream.push_server("rt-1")
     client = stream.push_client(metrics_port=None)
 

@@ -81,11 +81,6 @@ class DirectorySource:
         """Where the next chunk starts (0 before the directory has any file)."""
         return self._cursor.position
 
-    @property
-    def in_record(self) -> bool:
-        """Whether the last chunk handed out ended inside a record (more pieces follow)."""
-        return self._large is not None
-
     def read(self) -> Chunk | None:
         """The next chunk, or None when every valid record has been handed out."""
         if self._large is not None:

@@ -11,7 +11,6 @@ installed without checking that dependency.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 import yaml
 
 from rt_appliance.config.spark import DEFAULT_JAVA_HOME
+from rt_appliance.testing.cluster import wait_until
 from rt_appliance.testing.nspawn import Container, nspawn_missing
 from tests.appliance.test_container import DIST, package, spark_package
 
@@ -60,15 +60,6 @@ COUNT_ROWS = (
     "print(ds.dataset('/var/lib/rt/spark/output', format='parquet',"
     " partitioning='hive').count_rows())"
 )
-
-
-def wait_for(condition: object, what: str, timeout_s: float) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        time.sleep(1.0)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +136,7 @@ def test_pipeline_unit_turns_published_messages_into_parquet(node: Container) ->
         return int(counted.stdout.strip()) if counted.returncode == 0 else -1
 
     try:
-        wait_for(lambda: rows() == ROWS, f"{ROWS} Parquet rows", timeout_s=240)
+        wait_until(lambda: rows() == ROWS, 240, f"{ROWS} Parquet rows", interval_s=1.0)
     except AssertionError as exc:
         raise AssertionError(f"{exc}: {rows()} rows\n{journal(node, PIPELINE)}") from None
     assert node.unit_property(PIPELINE, "ActiveState") == "active"

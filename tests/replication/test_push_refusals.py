@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import time
 import urllib.request
@@ -192,16 +193,27 @@ def test_a_node_refusing_the_same_bytes_makes_the_connection_stuck(
     assert client.log().count("is stuck") == 1, client.log()
     retries = client.log().count("retrying")
     stuck_lines = len(client.log().splitlines())
-    time.sleep(3)  # an observation window: at the ceiling (0.3-0.6 s) retries log nothing new
-    metrics = (
-        urllib.request.urlopen(
-            f"http://{stream.config.publisher('pub-1').host}:{stream.config.ports.push_client_metrics}/metrics",
-            timeout=5,
-        )
-        .read()
-        .decode()
+    url = (
+        f"http://{stream.config.publisher('pub-1').host}:"
+        f"{stream.config.ports.push_client_metrics}/metrics"
     )
-    assert 'rt_push_client_stuck_episodes_total{node="rt-1"} 1.0' in metrics
+
+    def metric(name: str) -> float:
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        found = re.search(rf'^{name}{{node="rt-1"}} (\S+)$', text, re.MULTILINE)
+        return float(found.group(1)) if found else 0.0
+
+    assert metric("rt_push_client_stuck_episodes_total") == 1.0
+    # it keeps retrying (at the ceiling) without a line per retry
+    reconnects, started = metric("rt_push_client_reconnects_total"), time.monotonic()
+    wait_until(
+        lambda: metric("rt_push_client_reconnects_total") >= reconnects + 3,
+        30,
+        "three more retries while stuck",
+        interval_s=0.1,
+    )
+    # at the ceiling (600 ms, drawn in [300, 600] ms) two full delays separate three retries
+    assert time.monotonic() - started >= 2 * 0.3
     assert len(client.log().splitlines()) - stuck_lines <= 2, client.log()[-2000:]
     assert retries >= STUCK_AFTER - 1  # warnings until it counts as stuck
     # the operator moves the damaged copy away: replication completes and the state clears

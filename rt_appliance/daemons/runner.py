@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, start_http_server
 
+from rt_appliance import trace
 from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
@@ -29,6 +30,7 @@ def run_daemon(
     """
     notifier = Notifier()
     return_freed_buffers()
+    trace.start(name.replace(" ", "-"))
 
     async def runner() -> None:
         loop = asyncio.get_running_loop()

@@ -26,6 +26,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import (
     CorruptLogError,
@@ -235,6 +236,7 @@ class PullClient:
             if data.dir != self.config.stream:
                 raise FrameError(f"{conn.peer} sent DATA for {data.dir!r}")
             await finish_in_thread(partial(self._append, data.position, data.payload))
+            trace.event("copy", self.host.name, int(self.replica.end))
             self.metrics.received_bytes.inc(len(data.payload))
             self._pruned_answers = 0
             return

@@ -29,6 +29,7 @@ from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rt_appliance import trace
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import (
     CorruptLogError,
@@ -313,6 +314,7 @@ class PullServer:
                     continue
                 position, data, records = chunk
                 await conn.send_data(self.config.stream, position, data)
+                trace.event("pulled", f"{self.name}/{conn.peer}", int(stream.sent))
                 self.metrics.sent_bytes.inc(len(data))
                 self.metrics.sent_records.inc(records)
                 if time.monotonic() - lag_at >= LAG_UPDATE_S:

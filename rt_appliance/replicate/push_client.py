@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 
+from rt_appliance import trace
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import RTError, TransportError
 from rt_appliance.log.naming import publisher_dir_name
@@ -245,6 +246,7 @@ class PushClient:
                             conn.send_data(d, chunk.position, chunk.data), timeout
                         )
                         sent[d] = chunk.next_position
+                        trace.event("send", f"{node}/{d}", int(chunk.next_position))
                         last_send = loop.time()
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
                         self.metrics.records.labels(node=node, dir=d).inc(chunk.records)

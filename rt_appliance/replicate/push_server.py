@@ -17,6 +17,7 @@ import ssl
 from functools import partial
 from pathlib import Path
 
+from rt_appliance import trace
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import CorruptLogError, LogFullError, PeerRejectedError, RTError
 from rt_appliance.log.naming import parse_publisher_dir
@@ -188,6 +189,7 @@ class PushServer:
                 finally:
                     os.close(fd)
                 replica.mark_synced(end)
+                trace.event("synced", f"{self.node.name}/{name}", int(end))
                 self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
                 await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
             last_sync = loop.time()
@@ -218,7 +220,9 @@ class PushServer:
             await conn.error(f"DATA for {data.dir!r}, which was not offered", retryable=False)
             raise PeerRejectedError(f"{conn.peer} sent DATA for un-offered {data.dir!r}")
         try:
-            self._replicas[data.dir].append(data.position, data.payload, sync=False)
+            replica = self._replicas[data.dir]
+            replica.append(data.position, data.payload, sync=False)
+            trace.event("in", f"{self.node.name}/{data.dir}", int(replica.end))
         except RTError as exc:
             reason = (
                 "disk_full"

@@ -25,6 +25,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.errors import RTError
@@ -226,6 +227,9 @@ class Sequencer:
 
     def _on_report(self, node: str, extents: dict[str, int], node_holds: dict[str, int]) -> None:
         self.planner.report(node, extents)
+        if trace.enabled():
+            for name, extent in extents.items():
+                trace.event("reported", f"{node}/{name}", extent)
         self._peer_holds[node] = node_holds
         self._wake.set()
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rt_appliance import trace
 from rt_appliance.sequencer.state import Instruction, Merge, SequencerState, decode_instruction
 
 __all__ = ["Committed", "SequencerMachine"]
@@ -50,6 +51,8 @@ class SequencerMachine:
             if applied is None:
                 return False
             self.pending.append(Committed(applied, command, before, self.state.digest))
+            if isinstance(applied, Merge):
+                trace.event("applied", applied.dir, applied.end, applied.seq)
             self.cond.notify_all()
         for listener in self.listeners:
             listener()

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import RTError
 from rt_appliance.log.format import RangeHeader, encode_range
@@ -201,6 +202,7 @@ class Merger:
         header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
         with self._write_lock:
             self.merged.append(ins.position, record, header)
+        trace.event("merged", "-", ins.seq, int(self.merged.end))
         self.digest = item.digest_after
         if self.config.archiver.prune_inputs:
             self._prune_input(ins)
@@ -360,6 +362,7 @@ class Merger:
                     self.digest = chain_digest(self.digest, r.seq, pos, r.nbytes, r.crc)
             with self._write_lock:
                 self.merged.append_raw(at.roll, at.offset, body[:upto], records[-1].seq)
+                trace.event("merged", "-", records[-1].seq, int(self.merged.end))
             self.copied_records += len(records)
             at = at.with_offset(at.offset + upto)
 

@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable
 from functools import partial
 
+from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.position import Position
 from rt_appliance.sequencer.inputs import Inputs
@@ -103,6 +104,7 @@ class Planner:
             merge = self._next(spec, reports)
             if merge is None:
                 break
+            trace.event("planned", merge.dir, merge.end)
             command = merge.encode()
             with self._lock:
                 if self._spec is not spec:  # a proposal failed meanwhile: replan next step
@@ -115,6 +117,7 @@ class Planner:
                 self.proposed += 1
             made += 1
             self.raft.propose(command, partial(self._done, epoch))
+            trace.event("proposed", merge.dir, merge.end)
         return made
 
     def _done(self, epoch: int, accepted: bool, why: str) -> None:

@@ -66,6 +66,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import Node, TCPNode
 from pysyncobj.transport import Transport
 
+from rt_appliance import trace
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
 from rt_appliance.errors import PeerRejectedError, RTError, TransportError
 from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
@@ -482,6 +483,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             self.link.fail(exc)  # nothing held is sent: the node stops
             return
         journal.end_sync(generation, index, cuts)
+        trace.event("jsynced", self.link.name, journal.synced_index)
         while self._held and self._held[0][2] <= journal.synced:
             peer, frame, _ = self._held.popleft()
             peer.send(frame)
@@ -630,6 +632,7 @@ class _Link:
             except OSError as exc:
                 self.fail(exc)
                 raise
+            trace.event("jsynced", self.name, journal.synced_index)
 
     def refused(self, what: str, detail: str) -> None:
         self.refusals[what] += 1
@@ -652,7 +655,9 @@ class _Replicated(SyncObj):  # type: ignore[misc]
     def apply(self, command: bytes) -> bool:
         # An entry is acted on only once it is on disk here. Usually a sync has covered
         # it already (an append is answered only after one); if not, sync now.
-        self._link.sync_journal_through(self._SyncObj__raftLastApplied + 1)
+        index = self._SyncObj__raftLastApplied + 1
+        self._link.sync_journal_through(index)
+        trace.event("apply", self._link.name, index)
         try:
             return bool(self._machine.apply(command))
         except Exception:  # never raise into pysyncobj: it would retry this entry forever
@@ -697,6 +702,7 @@ class RaftNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick_pending = False
         self._tick_failures = 0
+        self._commit_seen = 0
         self._next_failure_log = 0.0
 
     async def wait_listening(self) -> None:
@@ -728,6 +734,11 @@ class RaftNode:
         self._tick_pending = False
         try:
             self._obj.doTick(0.0)
+            if trace.enabled():
+                commit = self._obj._SyncObj__raftCommitIndex
+                if commit != self._commit_seen:
+                    self._commit_seen = commit
+                    trace.event("commit", self.name, commit)
         except Exception:  # pysyncobj's own loop survives a failed tick the same way
             self._tick_failures += 1
             if time.monotonic() >= self._next_failure_log:

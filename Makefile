@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-appliance package units lint bench docs clean
+.PHONY: demo test test-appliance package units lint bench bench-peers peer-servers docs clean
 
 $(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,36 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/rt bench log --output docs/BENCHMARKS.md
+
+# rt bench peers: NATS JetStream, a RabbitMQ stream and Redis Streams beside our stream.
+# Their Python clients come from the pinned `peers` extra; their servers from Debian's
+# packages (installed only if missing, as root). The bench starts and stops the servers
+# itself on 127.0.0.1; on a machine that runs systemd, installing the packages also
+# starts their system services, which the bench does not use
+# (`systemctl disable --now nats-server rabbitmq-server redis-server` if unwanted).
+PEER_SERVERS := nats-server rabbitmq-server redis-server
+PEERS_STAMP  := $(VENV)/.installed-peers
+
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,peers]'
+	touch $(PEERS_STAMP)
+
+peer-servers:
+	@missing=""; \
+	for p in $(PEER_SERVERS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' \
+	    || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "missing Debian packages:$$missing; install them as root with:" >&2; \
+	  echo "  apt-get update && apt-get install -y$$missing" >&2; \
+	  exit 1; \
+	fi; \
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing
+
+bench-peers: $(PEERS_STAMP) peer-servers
+	$(VENV)/bin/rt bench peers --output docs/BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

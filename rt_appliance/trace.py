@@ -28,7 +28,7 @@ applied     ``<node>``                    raft index, input, range end, merged s
 merged      ``<node>``                    merged seq, merged position after it
 pulled      ``<node>/<host>``             merged position sent (pull server)
 copy        ``<host>``                    merged position in the subscriber's copy
-delivered   ``<host>/<topic>``            message id (the subscribing application)
+delivered   ``<host>/<topic>``            newest publish timestamp read (the application)
 =========== ============================= ==========================================
 """
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rt_appliance.bench.stats import Result
+from rt_appliance.bench.stats import Result, percentile
 from rt_appliance.config import load_config
 from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.publish import Publisher
@@ -220,9 +219,9 @@ def run_replicate_bench(
         work = Path(tempfile.mkdtemp(dir=workdir))
         try:  # latency first: a catch-up leaves the disk busy writing gigabytes back
             progress(f"run {run}/{runs}: latency")
-            lat = sorted(latency(work / "l", 5000, 10, fsync))
-            p50.values.append(statistics.median(lat))
-            p99.values.append(lat[int(0.99 * (len(lat) - 1))])
+            lat = latency(work / "l", 5000, 10, fsync)
+            p50.values.append(percentile(lat, 50))
+            p99.values.append(percentile(lat, 99))
             progress(f"run {run}/{runs}: catch-up")
             seconds, _ = catch_up(work / "c", backlog_bytes, fsync=fsync)
             catchup.values.append(seconds)

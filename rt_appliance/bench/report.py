@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rt_appliance.bench.stats import Result
 
-__all__ = ["markdown_table", "write_section"]
+__all__ = ["markdown_table", "write_markdown_section", "write_section"]
 
 
 def markdown_table(results: list[Result]) -> str:
@@ -24,14 +24,25 @@ def _fmt(value: float) -> str:
 
 
 def write_section(
-    doc: Path, suite: str, command: str, machine: str, results: list[Result], notes: str
+    doc: Path, suite: str, command: str, machine: str, results: list[Result], notes: str = ""
 ) -> None:
-    """Replace (or append) the section of ``suite`` in ``doc``."""
+    """Replace (or append) the section of ``suite`` in ``doc``: what lies between its
+    ``<!-- bench:SUITE:start -->`` and ``<!-- bench:SUITE:end -->`` markers (the heading,
+    the command, the machine, the table and ``notes``). The rest of ``doc``, such as
+    notes written after the end marker, is kept."""
+    write_markdown_section(doc, suite, command, machine, markdown_table(results), notes)
+
+
+def write_markdown_section(
+    doc: Path, suite: str, command: str, machine: str, table: str, notes: str = ""
+) -> None:
+    """:func:`write_section` for a suite whose table has columns of its own."""
     start, end = f"<!-- bench:{suite}:start -->", f"<!-- bench:{suite}:end -->"
+    extra = f"{notes.strip()}\n" if notes.strip() else ""
     body = (
         f"{start}\n## `rt bench {suite}`\n\n"
         f"Measured {dt.date.today().isoformat()} with `{command}` on {machine}.\n\n"
-        f"{markdown_table(results)}\n\n{notes.strip()}\n{end}"
+        f"{table}\n\n{extra}{end}"
     )
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)

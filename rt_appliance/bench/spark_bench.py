@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from rt_appliance.bench.stats import Result
+from rt_appliance.bench.stats import Result, percentile
 from rt_appliance.errors import RTError
 from rt_appliance.publish import Publisher
 from rt_appliance.spark.codecs import PayloadCodec
@@ -459,14 +459,14 @@ def _streaming_lag(
     timed = ids > _LAG_WARMUP
     lags_ms = (commit_ns[batch[timed]] - stamps_ns[timed]) / 1e6
     batches = len(np.unique(batch[timed]))
-    took = np.percentile(durations_ms, [50, 99]) if durations_ms else [0.0, 0.0]
+    took = [percentile(durations_ms, q) for q in (50, 99)] if durations_ms else [0.0, 0.0]
     note = (
         f"{sent:,} messages at {opts.rate:,} msg/s for {opts.lag_seconds:g} s in "
         f"{batches} micro-batches; trigger 1 s; a micro-batch took {took[0]:.0f} ms "
         f"p50, {took[1]:.0f} ms p99"
     )
     lost = "none lost or duplicated" if not problems else "ROWS LOST OR DUPLICATED"
-    p50, p99 = (float(np.percentile(lags_ms, q)) for q in (50, 99))
+    p50, p99 = (percentile(lags_ms.tolist(), q) for q in (50, 99))
     return [
         Result("streaming lag p50, publish -> micro-batch committed", "ms", "-", [p50], note),
         Result("streaming lag p99, publish -> micro-batch committed", "ms", "-", [p99], note),

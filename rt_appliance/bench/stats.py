@@ -1,4 +1,4 @@
-"""Small helpers for benchmarks: timing, medians, resident memory, the machine."""
+"""Small helpers for benchmarks: timing, medians, percentiles, resident memory, the machine."""
 
 from __future__ import annotations
 
@@ -6,9 +6,32 @@ import os
 import platform
 import statistics
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Result", "filesystem_of", "machine_description", "rss_bytes"]
+__all__ = ["Result", "filesystem_of", "machine_description", "percentile", "rss_bytes"]
+
+
+def percentile(values: Iterable[float], p: float) -> float:
+    """The ``p``-th percentile (``0 <= p <= 100``) of ``values``, by linear interpolation.
+
+    The values are sorted; the percentile lies at index ``p / 100 * (n - 1)`` of the
+    sorted values, and between two values it is interpolated linearly. This is numpy's
+    default method, ``statistics.median`` for ``p = 50``, the smallest value for ``p = 0``
+    and the largest for ``p = 100``. Of ``[1, 2, 3, 4]``, the 50th percentile is 2.5 and
+    the 90th 3.7. Raises ``ValueError`` if there are no values or ``p`` is out of range.
+    """
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile {p} is not within 0..100")
+    at = p / 100 * (len(ordered) - 1)
+    below = int(at)
+    if below == len(ordered) - 1:
+        return float(ordered[below])
+    low, high = ordered[below], ordered[below + 1]
+    return float(low + (high - low) * (at - below))
 
 
 @dataclass(slots=True)

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["STEPS", "Message", "Trace", "step_times", "summarize"]
+__all__ = ["STEPS", "SUBSCRIBING_APP", "Message", "Trace", "step_times", "summarize"]
 
+SUBSCRIBING_APP = "subscriber-app"  # the trace file name of the subscribing application
 # (step, what it means), in path order; the 15 steps of a message
 STEPS: tuple[tuple[str, str], ...] = (
     ("published", "the publishing application wrote it (its record timestamp)"),
@@ -49,7 +50,6 @@ class Message:
     published_ns: int
     host: str
     topic: str
-    id: int
 
 
 @dataclass(slots=True)
@@ -89,7 +89,6 @@ class Trace:
         self.applied: dict[str, dict[str, _Applied]] = defaultdict(lambda: defaultdict(_Applied))
         self.merged: dict[str, _Marks] = defaultdict(_Marks)  # process -> seq marks
         self.merged_at: dict[str, dict[int, int]] = defaultdict(dict)  # process: seq -> position
-        self.delivered: dict[tuple[str, int], int] = {}
 
     @classmethod
     def load(cls, directory: Path) -> Trace:
@@ -120,8 +119,6 @@ class Trace:
                 seq, position = int(values[0]), int(values[1])
                 self.merged[process].add(t, seq)
                 self.merged_at[process].setdefault(seq, position)
-            elif point == "delivered":
-                self.delivered[(key, int(values[0]))] = t
             else:
                 self.marks[process][point][key].add(t, int(values[0]))
 
@@ -161,8 +158,9 @@ def step_times(
     out["proposed"] = trace.reached(seq_proc, "proposed", inp, end)
     applied = trace.applied.get(seq_proc, {}).get(inp)
     i = bisect.bisect_left(applied.ends, end) if applied is not None else 0
+    out["delivered"] = _delivered(trace, message)
     if applied is None or i >= len(applied.ends):
-        return {name: out.get(name) for name, _ in STEPS} | {"delivered": _delivered(trace, message)}
+        return {name: out.get(name) for name, _ in STEPS}
     index, seq = applied.indexes[i], applied.seqs[i]
     out["journal leader"] = trace.reached(seq_proc, "jsynced", leader, index)
     out["journal follower"] = _kth(
@@ -182,7 +180,6 @@ def step_times(
             1,
         )
         out["copied"] = trace.reached(f"pull-client-{subscriber}", "copy", subscriber, position)
-    out["delivered"] = _delivered(trace, message)
     return {name: out.get(name) for name, _ in STEPS}
 
 
@@ -196,7 +193,10 @@ def _merged_position(trace: Trace, seq: int, nodes: Sequence[str]) -> int | None
 
 
 def _delivered(trace: Trace, message: Message) -> int | None:
-    return trace.delivered.get((f"{message.host}/{message.topic}", message.id))
+    """When the subscribing application read the message: its mark is the newest publish
+    timestamp read from each input (a publisher's timestamps only grow)."""
+    key = f"{message.host}/{message.topic}"
+    return trace.reached(SUBSCRIBING_APP, "delivered", key, message.published_ns)
 
 
 def summarize(

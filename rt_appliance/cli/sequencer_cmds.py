@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -13,7 +13,15 @@ from rt_appliance.cli.options import CONFIG, metrics_port_option
 from rt_appliance.config import load_config
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import run_daemon
-from rt_appliance.errors import RTError, UsageError
+from rt_appliance.errors import UsageError
+from rt_appliance.nodestatus import (
+    Answer,
+    NodeStatus,
+    Unreachable,
+    gather_status,
+    leader_of,
+    status_document,
+)
 from rt_appliance.position import Position
 
 
@@ -62,17 +70,13 @@ def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
     """
     config = load_config(config_path)
     who = as_host or _default_identity(config)
-    doc = asyncio.run(_gather(config, who))
+    answers = asyncio.run(gather_status(config, who))
     if as_json:
-        click.echo(json.dumps(doc, indent=2))
+        click.echo(json.dumps(status_document(config.stream, answers), indent=2))
     else:
-        _print_table(doc)
-    if any(not n["reachable"] or n.get("halted") or _gaps(n) for n in doc["nodes"]):
+        _print_table(config.stream, answers)
+    if any(not isinstance(a, NodeStatus) or a.halted or a.gaps for a in answers.values()):
         raise SystemExit(1)
-
-
-def _gaps(node: dict[str, Any]) -> list[str]:
-    return [h["gap"] for h in (node.get("holds") or {}).values() if h.get("gap")]
 
 
 def _default_identity(config: StreamConfig) -> str:
@@ -82,42 +86,26 @@ def _default_identity(config: StreamConfig) -> str:
     raise UsageError(f"no host key of this stream found (tls.dir {config.tls.dir}); pass --as HOST")
 
 
-async def _gather(config: StreamConfig, who: str) -> dict[str, Any]:
-    from rt_appliance.sequencer.control import query_status
-
-    async def one(name: str) -> dict[str, Any]:
-        try:
-            found = await asyncio.wait_for(query_status(config, who, name), 8)
-            return {"reachable": True, "error": None, **found}
-        except (RTError, OSError, TimeoutError) as exc:
-            return {"name": name, "reachable": False, "error": str(exc) or type(exc).__name__}
-
-    nodes = await asyncio.gather(*(one(n.name) for n in config.nodes))
-    leaders = {n.get("leader") for n in nodes if n["reachable"] and n.get("role") == "leader"}
-    leader = next(iter(leaders)) if len(leaders) == 1 else None
-    return {"stream": config.stream, "leader": leader, "nodes": list(nodes)}
-
-
-def _print_table(doc: dict[str, Any]) -> None:
-    click.echo(f"stream {doc['stream']}, leader {doc['leader'] or '(none)'}")
+def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
+    click.echo(f"stream {stream}, leader {leader_of(answers) or '(none)'}")
     click.echo(
         f"{'node':<12} {'role':<10} {'term':>5} {'commit':>8} {'seq':>8} "
         f"{'position':<22} {'digest':<18} {'disk':>6}  lag per input"
     )
-    for n in doc["nodes"]:
-        if not n["reachable"]:
-            click.echo(f"{n['name']:<12} unreachable: {n['error']}")
+    for n in answers.values():
+        if isinstance(n, Unreachable):
+            click.echo(f"{n.name:<12} unreachable: {n.error}")
             continue
-        lag = ", ".join(f"{k}={v['lag_bytes']}" for k, v in n["inputs"].items()) or "-"
-        digest = (n["digest"] or "?")[:16]
+        lag = ", ".join(f"{k}={v.lag_bytes}" for k, v in n.inputs.items()) or "-"
+        digest = (n.digest or "?")[:16]
         click.echo(
-            f"{n['name']:<12} {n['role']:<10} {n['term']:>5} {n['commit_index']:>8} "
-            f"{n['merged_seq']:>8} {Position(n['merged_position']).format():<22} {digest:<18} "
-            f"{n['disk']['used_percent']:>5}%  {lag}"
+            f"{n.name:<12} {n.role:<10} {n.term:>5} {n.commit_index:>8} "
+            f"{n.merged_seq:>8} {Position(n.merged_position).format():<22} {digest:<18} "
+            f"{n.disk_used_percent:>5}%  {lag}"
         )
-        if n.get("halted"):
-            click.echo(f"{'':<12} merger halted: {n['halted']}")
-        for name, hold in (n.get("holds") or {}).items():
+        if n.halted:
+            click.echo(f"{'':<12} merger halted: {n.halted}")
+        for name, hold in n.holds.items():
             where = Position(hold["position"]).format()
             line = f"{'':<12} hold {name}: at {where}, {hold['behind_bytes'] or 0} bytes behind"
             click.echo(line + (f"; GAP: {hold['gap']}" if hold.get("gap") else ""))

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -176,6 +176,14 @@ class TlsConfig(_Model):
         return self.dir_of(name) / f"{name}.key"
 
 
+_REMOVED_REPLICATION_KEYS = {
+    "sync_interval_ms": "a push server syncs as soon as data arrives, and one sync covers "
+    "everything that arrived while the one before it ran",
+    "send_interval_ms": "a push client sends as soon as a publisher writes, and one send "
+    "carries everything written while the one before it ran",
+}
+
+
 class ReplicationConfig(_Model):
     """How push and pull replication behave."""
 
@@ -185,11 +193,16 @@ class ReplicationConfig(_Model):
     reconnect_max_ms: Annotated[int, Field(ge=1)] = 5000
     delete_acked: bool = True  # push client deletes rolled files every node acknowledged
     ack_timeout_ms: Annotated[int, Field(ge=100)] = 10_000  # unacked data this long: peer is gone
-    # receiving side: sync (then ack) at most this often; appends stall while a sync runs
-    sync_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 10
-    # sending side: a push client sends to a node at most this often; writes meanwhile join
-    send_interval_ms: Annotated[int, Field(ge=0, le=1000)] = 1
     pull_source: str | None = None  # directory the pull server serves; default <data_dir>/merged
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in _REMOVED_REPLICATION_KEYS.items():
+                if key in data:
+                    raise FieldProblem((key,), f"{key} is no longer a setting: {why}; delete it")
+        return data
 
     @model_validator(mode="after")
     def _backoff(self) -> ReplicationConfig:
@@ -208,7 +221,7 @@ class SequencerConfig(_Model):
     merged_roll_bytes: Size = 1 << 30  # merged log file size at which the next file starts
     max_range_bytes: Size = 1 << 20  # most input bytes one merge instruction copies
     max_inflight: Annotated[int, Field(ge=1, le=1024)] = 32  # proposed, not yet applied
-    report_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 50  # extents reported at least
+    report_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 1000  # idle: a report this often
     fetch_after_ms: Annotated[int, Field(ge=0, le=60_000)] = 300  # wait for push before repair
     raft_min_timeout_ms: Annotated[int, Field(ge=50)] = 400  # election timeout, lower bound
     raft_max_timeout_ms: Annotated[int, Field(ge=100)] = 1000  # election timeout, upper bound

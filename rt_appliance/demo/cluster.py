@@ -30,12 +30,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rt_appliance.bench.stats import percentile
 from rt_appliance.errors import RTError
+from rt_appliance.nodestatus import Answer, NodeStatus, leader_of
 from rt_appliance.publish import Publisher
 from rt_appliance.testing.checkers import MergedReport, check_merged, count_delivery
 from rt_appliance.testing.cluster import wait_until
@@ -183,22 +185,18 @@ def _check_daemons(stream: LocalStream, allowed: Collection[str] = ()) -> None:
             raise RTError(f"{name} exited with status {code}; its log ends:\n{tail}")
 
 
-def _merged_seq(status: dict[str, Any], skip: str | None = None) -> int:
+def _merged_seq(status: Mapping[str, Answer], skip: str | None = None) -> int:
     """The highest merged sequence among the reachable nodes (except ``skip``)."""
-    seqs = [
-        int(n.get("merged_seq") or 0)
-        for n in status.get("nodes", [])
-        if n.get("reachable") and n.get("name") != skip
-    ]
+    seqs = [a.merged_seq for a in status.values() if isinstance(a, NodeStatus) and a.name != skip]
     return max(seqs, default=0)
 
 
 def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = "") -> Failover:
     """SIGKILL the leader's sequencer, time the failover, restart the killed sequencer."""
     result = Failover()
-    before = stream.quick_status()
-    leader = before.get("leader")
-    if not isinstance(leader, str):
+    before = stream.node_status()
+    leader = leader_of(before)
+    if leader is None:
         say("   no leader to kill right now; skipping the failover")
         return result
     result.killed = result.leader_before = leader
@@ -209,11 +207,11 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = ""
 
     def recovered() -> bool:
         try:
-            status = stream.quick_status()
+            status = stream.node_status()
         except RTError:
             return False
-        new = status.get("leader")
-        if not isinstance(new, str) or new == leader:
+        new = leader_of(status)
+        if new is None or new == leader:
             return False
         if result.elected_s is None:
             result.elected_s = time.monotonic() - killed_at
@@ -254,11 +252,9 @@ def _failed(
     return False
 
 
-def _percentile(values: list[int], p: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] / 1e6, 3)
+def _latency_ms(latencies_ns: list[int], p: float) -> float | None:
+    """The ``p``-th percentile of the latencies in ms (3 decimals), None without any."""
+    return round(percentile(latencies_ns, p) / 1e6, 3) if latencies_ns else None
 
 
 def _publish(
@@ -453,12 +449,14 @@ def _final_status(stream: LocalStream, say: Say) -> dict[str, Any]:
         return {}
     say("7. rt status --json, per node:")
     for n in status.get("nodes", []):
+        if not n.get("reachable"):
+            say(f"   {n.get('name')}: unreachable: {n.get('error')}")
+            continue
+        node = NodeStatus.from_dict(n)
         say(
-            f"   {n.get('name')}: {n.get('role')}, term {n.get('term')}, "
-            f"commit index {n.get('commit_index')}, merged seq {n.get('merged_seq')}, "
-            f"digest {str(n.get('digest'))[:16]}"
-            if n.get("reachable")
-            else f"   {n.get('name')}: unreachable: {n.get('error')}"
+            f"   {node.name}: {node.role}, term {node.term}, "
+            f"commit index {node.commit_index}, merged seq {node.merged_seq}, "
+            f"digest {str(node.digest)[:16]}"
         )
     return status
 
@@ -502,9 +500,9 @@ def _summary(
         "duplicated": delivery.duplicated,
         "out_of_order": delivery.out_of_order,
         "latency_ms": {
-            "p50": _percentile(app.latencies_ns, 0.50),
-            "p99": _percentile(app.latencies_ns, 0.99),
-            "max": _percentile(app.latencies_ns, 1.0),
+            "p50": _latency_ms(app.latencies_ns, 50),
+            "p99": _latency_ms(app.latencies_ns, 99),
+            "max": _latency_ms(app.latencies_ns, 100),
         },
         "merged": {
             "missing": report.missing,

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rt_appliance.bench.stats import percentile
 from rt_appliance.errors import RTError
 from rt_appliance.log.recovery import verify_directory
 from rt_appliance.publish import Publisher
@@ -42,17 +43,17 @@ class DemoResult:
 
     def summary(self, directory: Path, verify_ok: bool, resume_ok: bool) -> dict[str, object]:
         ids = set(self.delivered)
-        lat = sorted(self.latencies_ns)
+        lat = self.latencies_ns
 
         def pct(p: float) -> float | None:
-            return round(lat[min(len(lat) - 1, int(p * len(lat)))] / 1e6, 3) if lat else None
+            return round(percentile(lat, p) / 1e6, 3) if lat else None
 
         return {
             "published": self.published,
             "delivered": len(self.delivered),
             "missing": len(set(range(1, self.published + 1)) - ids),
             "duplicated": len(self.delivered) - len(ids),
-            "latency_ms": {"p50": pct(0.50), "p99": pct(0.99), "max": pct(1.0)},
+            "latency_ms": {"p50": pct(50), "p99": pct(99), "max": pct(100)},
             "directory": str(directory),
             "verify_ok": verify_ok,
             "resume_ok": resume_ok,

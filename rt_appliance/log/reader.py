@@ -33,6 +33,7 @@ from rt_appliance.log.scan import Scan, Stop, check_record, scan, scan_columns
 __all__ = ["Block", "FileReader", "TailState", "find_valid_record", "read_header"]
 
 _MAX_HEADER_BYTES = 1024
+_FOLLOW_CHUNK_BYTES = 64 << 10  # a read at a file's end asks for this much first
 
 
 @dataclass(slots=True)
@@ -93,6 +94,9 @@ class FileReader:
         self._topic, self._host = self.header.topic, self.header.host
         self._range_end = self.offset if self.merged else -1
         self._buf, self._buf_at = b"", 0  # bytes last read, and the file offset of their start
+        # How much the next read asks for: small while following a file's end (a read
+        # allocates what it asks for), doubling up to READ_CHUNK_BYTES through a backlog.
+        self._chunk = _FOLLOW_CHUNK_BYTES
         self.tail: TailState | None = None
         # A whole record larger than this stops a block read with tail "large" instead of
         # being read into memory at once (replication sends such a record in pieces).
@@ -142,7 +146,7 @@ class FileReader:
         (:func:`scan_columns`, always checked) instead of lists.
         """
         self.tail = None
-        chunk = max(READ_CHUNK_BYTES, RECORD_HEADER.size)
+        chunk = self._chunk
         fresh = False  # whether the buffer was read in this call, starting at self.offset
         while True:
             if self.merged and self.offset >= self._range_end and not self._enter_range():
@@ -151,6 +155,8 @@ class FileReader:
             if fresh or not 0 <= start < len(self._buf):
                 self._buf, self._buf_at = os.pread(self._fd, chunk, self.offset), self.offset
                 start, fresh = 0, True
+                full = len(self._buf) == chunk
+                self._chunk = min(chunk * 2, READ_CHUNK_BYTES) if full else _FOLLOW_CHUNK_BYTES
             buf, base = self._buf, self._buf_at
             records = (
                 scan_columns(buf, start, limit)

@@ -58,6 +58,7 @@ class PushClient:
         self.root = config.data_dir_of(self.host) / "pub"
         self.dirs = [publisher_dir_name(t, host_name) for t in (topics or self.host.topics)]
         self.acked: dict[str, dict[str, Position]] = {n.name: {} for n in config.nodes}
+        self._deleted_below: dict[str, tuple[int, int]] = {}  # dir -> oldest file key kept
         self.connected: set[str] = set()
         self._last_ack: dict[str, float] = {}
         self._verified: dict[str, dict[tuple[int, int], int]] = {}  # dir -> file -> checked to
@@ -218,14 +219,11 @@ class PushClient:
     ) -> None:
         """Send chunks as they appear; a peer that stops acking for ack_timeout is gone.
 
-        A backlog goes out chunk after chunk. New writes wake the loop, but it sends at
-        most every ``send_interval_ms``: at a high rate of small writes, one cycle (here
-        and in the node's push server) carries many of them instead of one each.
+        A backlog goes out chunk after chunk; a write wakes the loop at once, and one
+        chunk carries everything written since the last one (while a send waits for the
+        socket, writes pile up and travel together).
         """
         timeout = self.config.replication.ack_timeout_ms / 1000
-        interval = self.config.replication.send_interval_ms / 1000
-        loop = asyncio.get_running_loop()
-        last_send = loop.time() - interval
         sent = {d: source.position for d, source in sources.items()}
         self._last_ack[node] = time.monotonic()
         next_lag_update = 0.0
@@ -247,7 +245,6 @@ class PushClient:
                         )
                         sent[d] = chunk.next_position
                         trace.event("send", f"{node}/{d}", int(chunk.next_position))
-                        last_send = loop.time()
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
                         self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
                         self.metrics.chunks.labels(node=node, dir=d).inc()
@@ -257,8 +254,6 @@ class PushClient:
                     next_lag_update = time.monotonic() + 1.0
                 if not sent_any:
                     await watcher.wait(min(_IDLE_WAIT_S, timeout / 4))
-                    if (delay := last_send + interval - loop.time()) > 0:
-                        await asyncio.sleep(delay)  # writes meanwhile join the next send
 
     def _update_lag(self, node: str) -> None:
         for d in self.dirs:
@@ -292,6 +287,9 @@ class PushClient:
         if any(m is None for m in marks):
             return
         oldest = min(m.file_key for m in marks if m is not None)
+        if self._deleted_below.get(d) == oldest:
+            return  # nothing rolled past since the last look
+        self._deleted_below[d] = oldest
         directory = self.root / d
         deleted = False
         for f in list_files(directory):

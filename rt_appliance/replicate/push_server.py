@@ -162,19 +162,16 @@ class PushServer:
     async def _ack_loop(
         self, conn: Connection, pending: dict[str, ReplicaDir], wake: asyncio.Event
     ) -> None:
-        """Sync what was written, then ack it: one sync covers every frame received meanwhile.
+        """Sync what was written, then ack it (group commit).
 
-        Syncs are at least ``sync_interval_ms`` apart: appends to a file wait while a
-        sync of it runs, so back-to-back syncs would stall every message behind them.
+        A sync starts as soon as a frame was written and none is running; it covers
+        exactly what was written before it began, and is acknowledged as that. Frames
+        that arrive while it runs are written meanwhile and wait for the next sync, which
+        covers them all at once: batches grow with the load, never by waiting.
         """
         durable = self.config.replication.fsync != "never"
-        interval = self.config.replication.sync_interval_ms / 1000
-        loop = asyncio.get_running_loop()
-        last_sync = loop.time() - interval
         while True:
             await wake.wait()
-            if (delay := last_sync + interval - loop.time()) > 0:
-                await asyncio.sleep(delay)  # let more frames join this sync
             wake.clear()
             batch = list(pending.items())
             pending.clear()
@@ -192,7 +189,6 @@ class PushServer:
                 trace.event("synced", f"{self.node.name}/{name}", int(end))
                 self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
                 await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
-            last_sync = loop.time()
 
     async def _offer(self, conn: Connection, name: str) -> ReplicaDir:
         parsed = parse_publisher_dir(name)

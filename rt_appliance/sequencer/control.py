@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rt_appliance.config.model import HostRole, StreamConfig
@@ -45,7 +45,7 @@ class ControlServer:
         node_name: str,
         leader: Callable[[], str | None],
         on_report: Callable[[str, dict[str, int], dict[str, int]], None],
-        status: Callable[[], dict[str, Any]],
+        status: Callable[[], Awaitable[dict[str, Any]]],
         on_refused: Callable[[], None],
     ) -> None:
         self.config, self.name = config, node_name
@@ -100,7 +100,7 @@ class ControlServer:
                 if frame_type == FrameType.REPORT:
                     await self._report(conn, fields)
                 elif frame_type == FrameType.STATUS:
-                    await conn.send(FrameType.STATE, self.status())
+                    await conn.send(FrameType.STATE, await self.status())
                 else:
                     raise FrameError(f"unexpected frame type {frame_type} on the control channel")
         except (RTError, asyncio.IncompleteReadError, OSError, ssl.SSLError) as exc:

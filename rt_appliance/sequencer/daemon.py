@@ -1,9 +1,20 @@
 """``rt sequencer``: raft, the control channel, the planner, the merger and the archiver.
 
-Threads: the asyncio loop runs raft (pysyncobj ticked by :meth:`RaftNode.run`, its
-TLS links, ``apply``), the control channel, the reporter and the watch of ``in/``;
-the merger has a thread of its own; the planner's steps and raft's journal syncs run
-in worker threads.
+Who owns what. The event loop runs raft, and raft's heartbeats and votes wait for
+anything else it runs, so nothing on it blocks (waits on a lock another thread holds
+long, syncs, walks a directory):
+
+* **the event loop**: pysyncobj (ticked by :meth:`RaftNode.run`; all of its state is
+  read and changed here only: ``apply``, snapshots, ``RaftNode.status``), the raft,
+  control and report links (TLS), the watch of ``in/``, and the small loops that
+  observe, archive and measure the loop's lag;
+* **worker threads** (``asyncio.to_thread``): the planner's steps, raft's journal
+  syncs, a follower's report (its extents), the file half of a STATUS answer
+  (:meth:`Sequencer.status`: input lags, disk, holds) and the observer's gauges;
+* **the merger's thread**: the merged log, written and synced there only. A raft
+  snapshot does not wait for it: the state machine keeps what the merger carried out
+  but has not synced yet, and the snapshot owes that work (:mod:`.machine`).
+
 Files of a node::
 
     <data_dir>/in/<topic>.<host>/   inputs (written by the push server)
@@ -41,14 +52,14 @@ from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog
 from rt_appliance.sequencer.merger import Merger
 from rt_appliance.sequencer.planner import Planner
-from rt_appliance.sequencer.raft import RaftNode
+from rt_appliance.sequencer.raft import RaftNode, RaftStatus
 from rt_appliance.sequencer.state import Prune
 
 __all__ = ["Sequencer"]
 
 log = logging.getLogger(__name__)
-# A busy input changes thousands of times a second; one wake this often covers them.
-_WATCH_COALESCE_S = 0.001
+# The planner's wait when nothing wakes it: only a safety net, every change wakes it.
+_PLAN_IDLE_S = 1.0
 _LAG_PROBE_S = 0.05  # how often the event loop's lateness is sampled
 
 
@@ -141,6 +152,7 @@ class Sequencer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake = asyncio.Event()
         self._inputs_changed = asyncio.Event()
+        self._wake_taken = asyncio.Event()  # the planner loop took the last wake
         self.merger = Merger(
             config,
             node_name,
@@ -249,8 +261,9 @@ class Sequencer:
     async def _watch_inputs(self) -> None:
         """Wake the reporter and the planner when an input grows (or one appears).
 
-        At most one wake per ``_WATCH_COALESCE_S``: a busy input is written many
-        thousand times a second, and one report covers every write before it.
+        A busy input is written many thousand times a second: changes made while the
+        reporter and the planner work queue in the kernel, and the next wait takes them
+        all as one wake.
         """
         in_dir = self.data_dir / "in"
         watched: list[str] = []
@@ -272,7 +285,8 @@ class Sequencer:
                 if await w.wait(0.2):
                     self._inputs_changed.set()
                     self._wake.set()
-                    await asyncio.sleep(_WATCH_COALESCE_S)
+                    self._wake_taken.clear()
+                    await self._wake_taken.wait()  # the planner took it; later changes queue
         finally:
             if w is not None:
                 w.close()
@@ -280,8 +294,9 @@ class Sequencer:
     async def _plan_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.05)
+                await asyncio.wait_for(self._wake.wait(), _PLAN_IDLE_S)
             self._wake.clear()
+            self._wake_taken.set()
             if self.raft.is_leader():
                 made = await asyncio.to_thread(self.planner.step)
                 if made:
@@ -343,6 +358,7 @@ class Sequencer:
                     "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
                 )
                 self._leader_seen = status.leader
+                self._wake.set()  # a new leader plans at once
             if time.monotonic() >= next_heartbeat:  # for this node's pull server
                 write_sequencer_file(path, status.leader, status.has_quorum)
                 next_heartbeat = time.monotonic() + 0.5
@@ -400,11 +416,20 @@ class Sequencer:
         self.metrics.disk.set(disk.percent)
         return disk
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
+        """This node's status (``rt status``): raft's part read on the loop (pysyncobj's
+        state belongs to it), the files' part (directory walks, a sync) in a thread."""
         raft = self.raft.status()
+        files = await asyncio.to_thread(self._file_status)
+        return self._status_of(raft, *files)
+
+    def _file_status(self) -> tuple[dict[str, Any], archiver.Disk, dict[str, Any]]:
+        return self._inputs(), self._disk(), self._holds()
+
+    def _status_of(
+        self, raft: RaftStatus, inputs: dict[str, Any], disk: archiver.Disk, found: dict[str, Any]
+    ) -> dict[str, Any]:
         state = self.machine.committed()
-        inputs = self._inputs()
-        disk = self._disk()
         return {
             "name": self.name,
             "role": raft.role,
@@ -435,7 +460,7 @@ class Sequencer:
                 "used_percent": round(disk.percent, 1),
             },
             "refused": dict(self.raft.refusals),
-            "holds": self._holds(),
+            "holds": found,
         }
 
 

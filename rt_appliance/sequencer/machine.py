@@ -39,9 +39,10 @@ class SequencerMachine:
         self.cond = threading.Condition()
         self.state = SequencerState(stream, roll_bytes)
         self.pending: collections.deque[Committed] = collections.deque()
+        # carried out by the merger, not yet synced by it: still owed after a power loss
+        self.unsynced: collections.deque[Committed] = collections.deque()
         self.restored: tuple[int, str] | None = None  # (seq, digest) of a restored snapshot
         self.listeners: list[Callable[[], None]] = []
-        self.before_snapshot: Callable[[], None] = lambda: None
 
     def apply(self, command: bytes) -> bool:
         with self.cond:
@@ -63,15 +64,30 @@ class SequencerMachine:
             return self.state.copy()
 
     def snapshot(self) -> dict[str, Any]:
-        self.before_snapshot()  # the merger syncs what it wrote: only pending work is owed
+        """The state and the work still owed: instructions not carried out, and those
+        carried out but not yet synced to the merged log (carrying one out again after a
+        restart finds it done). Nothing here waits for a sync: raft's loop takes it."""
         with self.cond:
             return {
                 "state": self.state.to_json(),
                 "pending": [
                     [base64.b64encode(c.command).decode(), c.watermark_before, c.digest_after]
-                    for c in self.pending
+                    for c in (*self.unsynced, *self.pending)
                 ],
             }
+
+    def done(self, item: Committed) -> None:
+        """The merger carried out ``item`` (the head of :attr:`pending`); owed until synced."""
+        with self.cond:
+            if self.pending and self.pending[0] is item:
+                self.pending.popleft()
+                self.unsynced.append(item)
+
+    def synced(self, count: int) -> None:
+        """The merger synced what it carried out before its sync began (``count`` items)."""
+        with self.cond:
+            for _ in range(min(count, len(self.unsynced))):
+                self.unsynced.popleft()
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         with self.cond:
@@ -79,6 +95,7 @@ class SequencerMachine:
             self.state = SequencerState.from_json(snapshot["state"])
             self.state.roll_bytes = roll_bytes
             self.pending.clear()
+            self.unsynced.clear()
             for command_b64, before, digest in snapshot.get("pending", []):
                 command = base64.b64decode(command_b64)
                 ins = decode_instruction(command)

@@ -48,6 +48,7 @@ __all__ = ["Merger", "build_record"]
 log = logging.getLogger(__name__)
 
 _COPY_CHUNK = 4 << 20
+_SYNC_AFTER_ITEMS = 1024  # a busy merger syncs at least this often (what a snapshot owes)
 _RETRY_S = 1.0
 
 
@@ -109,7 +110,6 @@ class Merger:
         self._stop = threading.Event()
         self._write_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
-        machine.before_snapshot = self.sync
         self._history_below = _last_recorded_prune(history)
 
     def start(self) -> None:
@@ -123,8 +123,12 @@ class Merger:
         self.sync()
 
     def sync(self) -> None:
+        """Sync the merged log; what was carried out before is then no longer owed."""
+        with self.machine.cond:
+            count = len(self.machine.unsynced)
         with self._write_lock:
             self.merged.sync()
+        self.machine.synced(count)
 
     # -- the loop -----------------------------------------------------------------
 
@@ -160,11 +164,11 @@ class Merger:
                 self._stop.wait(_RETRY_S)
                 continue
             self.halted = ""
+            if item is not None:
+                self.machine.done(item)
             with self.machine.cond:
-                if item is not None and self.machine.pending and self.machine.pending[0] is item:
-                    self.machine.pending.popleft()
-                idle = not self.machine.pending
-            if idle:
+                due = not self.machine.pending or len(self.machine.unsynced) >= _SYNC_AFTER_ITEMS
+            if due:
                 self.sync()
             self.on_progress()
 

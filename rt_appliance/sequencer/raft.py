@@ -28,11 +28,13 @@ defaults, and why:
   bytes to the state machine and logs and counts anything it raises; a malformed
   command is rejected by the state machine identically on every node.
 * **Every ``SyncObjConf`` option is set explicitly** in :func:`_conf`.
-* **One thread.** pysyncobj's own tick thread is off (``autoTick=False``):
+* **One thread, no polling.** pysyncobj's own tick thread is off (``autoTick=False``):
   :meth:`RaftNode.run` ticks raft on the sequencer's event loop, at once when a
-  message arrives, a proposal is made or a peer comes or goes, and every
-  ``_TICK_S`` for its timers. The TLS links are asyncio streams on the same loop,
-  so a message costs no hand-over between threads.
+  message arrives, a proposal is made or a peer comes or goes, and otherwise when
+  raft's next timer is due (the leader's next heartbeat, a follower's election
+  deadline; at least every ``_TICK_S``). An idle node ticks about as often as the
+  heartbeats go, not a hundred times a second. The TLS links are asyncio streams on
+  the same loop, so a message costs no hand-over between threads.
 * **Term and vote on disk.** pysyncobj keeps them in memory only; the transport
   saves them (:mod:`rt_appliance.sequencer.vote`) before any message leaves the node
   whenever either changed, and restores them when the node starts, so a restarted
@@ -83,7 +85,8 @@ _LENGTH = struct.Struct("<I")
 _SEND_BUFFER_BYTES = 64 << 20  # unsent to one peer; beyond, raft's retransmission covers
 _CONNECT_TIMEOUT_S = 3.0
 _ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
-_TICK_S = 0.01  # raft's timers are checked at least this often
+_TICK_S = 0.1  # raft's timers are checked at least this often (pysyncobj's autoTickPeriod)
+_TIMER_SLACK_S = 0.001  # a timer tick comes this long after the deadline it serves
 _HELD_MAX = 10_000  # messages waiting for a journal sync; beyond, they are dropped
 
 
@@ -703,6 +706,7 @@ class RaftNode:
         self._tick_pending = False
         self._tick_failures = 0
         self._commit_seen = 0
+        self._timer: asyncio.TimerHandle | None = None
         self._next_failure_log = 0.0
 
     async def wait_listening(self) -> None:
@@ -717,12 +721,31 @@ class RaftNode:
         self._loop = asyncio.get_running_loop()
         self._link.kick = self._kick
         self._transport.dial()
-        await asyncio.gather(self._transport.listen(), self._tick_periodically())
+        try:
+            self._tick()  # also arms the timer tick
+            await self._transport.listen()
+            await asyncio.Event().wait()  # ticks come from kicks and the timer until cancelled
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
 
-    async def _tick_periodically(self) -> None:
-        while True:
-            self._tick()
-            await asyncio.sleep(_TICK_S)
+    def _arm_timer(self) -> None:
+        """Tick again when raft's next timer is due, unless something kicks it sooner."""
+        loop = self._loop
+        if loop is None:
+            return
+        obj = self._obj
+        if obj._isLeader():
+            due = obj._SyncObj__newAppendEntriesTime
+        else:
+            due = obj._SyncObj__raftElectionDeadline
+        left = due - time.monotonic()
+        # a deadline already past was served by the tick that just ran (an election
+        # waits for a peer to be connected, and a connection kicks a tick)
+        delay = min(left + _TIMER_SLACK_S, _TICK_S) if left > 0 else _TICK_S
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._tick)
 
     def _kick(self) -> None:
         """A tick as soon as the loop is free (on the loop's thread)."""
@@ -744,6 +767,8 @@ class RaftNode:
             if time.monotonic() >= self._next_failure_log:
                 log.exception("raft: a tick failed (%d so far); ticking on", self._tick_failures)
                 self._next_failure_log = time.monotonic() + 5.0
+        finally:
+            self._arm_timer()
 
     @property
     def apply_errors(self) -> int:

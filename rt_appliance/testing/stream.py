@@ -10,7 +10,9 @@ process (:class:`Daemon`), its output in ``work/logs/<role>-<host>.log``:
 
 :meth:`LocalStream.status` runs ``rt status --json`` as an operator would;
 :meth:`LocalStream.quick_status` asks the same of the nodes from this process,
-cheaply enough to poll in a loop (``leader`` and ``wait_leader`` use it).
+cheaply enough to poll in a loop (``leader`` and ``wait_leader`` use it), and
+:meth:`LocalStream.node_status` gives each node's answer as a typed
+:class:`~rt_appliance.nodestatus.NodeStatus`.
 
 Faults act on a node's daemons (all of them, or chosen roles such as only the
 sequencer) with :meth:`LocalStream.kill_node` and :meth:`LocalStream.start_node`.
@@ -37,7 +39,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rt_appliance.config import StreamConfig, load_config
 from rt_appliance.config.model import Ports
@@ -45,6 +47,9 @@ from rt_appliance.errors import RTError
 from rt_appliance.log.naming import publisher_dir_name
 from rt_appliance.replicate.topology import pull_source_dir, replica_dir
 from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
+
+if TYPE_CHECKING:
+    from rt_appliance.nodestatus import Answer
 
 __all__ = ["NODE_ROLES", "LocalStream", "free_ports", "ports_in_use"]
 
@@ -271,29 +276,22 @@ class LocalStream:
         """The document ``rt status --json`` prints, asked from this process over each
         node's control channel (no interpreter to start: for polling loops such as
         timing a failover). An unreachable node is ``{"name", "reachable": False, "error"}``."""
-        return asyncio.run(self._gather_status(timeout_s))
+        from rt_appliance.nodestatus import status_document
 
-    async def _gather_status(self, timeout_s: float) -> dict[str, Any]:
-        from rt_appliance.sequencer.control import query_status
+        return status_document(self.config.stream, self.node_status(timeout_s))
+
+    def node_status(self, timeout_s: float = 8.0) -> dict[str, Answer]:
+        """``{node: its status or why it is unreachable}``, asked from this process."""
+        from rt_appliance.nodestatus import gather_status
 
         who = self.node_names[0]  # any host of the stream may ask
-
-        async def one(name: str) -> dict[str, Any]:
-            try:
-                found = await asyncio.wait_for(query_status(self.config, who, name), timeout_s)
-                return {"reachable": True, "error": None, **found}
-            except (RTError, OSError, TimeoutError) as exc:
-                return {"name": name, "reachable": False, "error": str(exc) or type(exc).__name__}
-
-        nodes = await asyncio.gather(*(one(n) for n in self.node_names))
-        leaders = {n.get("leader") for n in nodes if n["reachable"] and n.get("role") == "leader"}
-        leader = next(iter(leaders)) if len(leaders) == 1 else None
-        return {"stream": self.config.stream, "leader": leader, "nodes": list(nodes)}
+        return asyncio.run(gather_status(self.config, who, timeout_s, self.node_names))
 
     def leader(self) -> str | None:
         """The leader the nodes name (as ``rt status`` would), None while there is none."""
-        leader = self.quick_status().get("leader")
-        return leader if isinstance(leader, str) else None
+        from rt_appliance.nodestatus import leader_of
+
+        return leader_of(self.node_status())
 
     def wait_leader(self, timeout_s: float = 30.0, not_in: Iterable[str] = ()) -> str:
         """Wait until the nodes name a leader (one not in ``not_in``); return its name."""

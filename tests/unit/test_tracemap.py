@@ -63,12 +63,12 @@ def _trace() -> Trace:
         _lines((16, "pulled", "rt-2/sub-1", 1000), (17, "pulled", "rt-2/sub-1", 2000)),
     )
     t.add_lines("pull-client-sub-1", _lines((18, "copy", "sub-1", 2000)))
-    t.add_lines("subscriber", _lines((19, "delivered", "pub-1/trades", 42)))
+    t.add_lines("subscriber-app", _lines((19, "delivered", "pub-1/trades", 0)))
     return t
 
 
 def test_every_step_of_a_message_is_found_by_its_position() -> None:
-    msg = Message(INPUT, 500, 0, "pub-1", "trades", 42)
+    msg = Message(INPUT, 500, 0, "pub-1", "trades")
     times = step_times(_trace(), msg, "rt-1", NODES, "sub-1")
     got = {k: (v // MS if v is not None else None) for k, v in times.items()}
     assert list(got) == [name for name, _ in STEPS]
@@ -92,14 +92,14 @@ def test_every_step_of_a_message_is_found_by_its_position() -> None:
 
 
 def test_a_message_not_yet_merged_has_no_later_steps() -> None:
-    msg = Message(INPUT, 900, 0, "pub-1", "trades", 43)
+    msg = Message(INPUT, 900, 1, "pub-1", "trades")
     got = step_times(_trace(), msg, "rt-1", NODES, "sub-1")
     assert got["sent"] is None and got["planned"] is None
     assert got["merged"] is None and got["delivered"] is None
 
 
 def test_summary_gives_time_since_publish_and_since_the_step_before() -> None:
-    msg = Message(INPUT, 500, 0, "pub-1", "trades", 42)
+    msg = Message(INPUT, 500, 0, "pub-1", "trades")
     rows = summarize([step_times(_trace(), msg, "rt-1", NODES, "sub-1")])
     by_name = {name: (since, step) for name, since, step in rows}
     assert by_name["merged"] == ([15.0], [2.0])

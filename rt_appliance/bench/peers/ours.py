@@ -1,0 +1,146 @@
+"""Our stream in the same run: ``rt bench cluster`` as a subprocess, one run each time.
+
+It measures the same two things on a whole 3-node stream (throughput with batches of
+1,000 from two publishers, latency with single publish calls at the same total rate)
+and prints its figures as JSON; this module reads the end-to-end throughput and the
+latency p50, p99 and max from it. It checks that the subscriber read every message
+(count); the payloads carry no sequence numbers, so duplicates and order are not
+checked per message, and it reports percentiles, not every message's latency.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["OurRun", "cluster_command", "has_option", "parse_cluster_json", "run_ours"]
+
+PUBLISHERS = 2  # rt bench cluster's publishing applications; --messages is per publisher
+RUN_TIMEOUT_S = 900.0
+STOP_GRACE_S = 60.0
+FIGURES = {  # our name -> how the cluster bench's figure name starts
+    "throughput": "end-to-end throughput",
+    "p50": "publish-to-subscriber latency p50",
+    "p99": "publish-to-subscriber latency p99",
+    "max": "publish-to-subscriber latency max",
+}
+
+
+@dataclass(slots=True)
+class OurRun:
+    ok: bool
+    reason: str = ""
+    throughput: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    max_ms: float = 0.0
+
+
+def rt_command() -> list[str]:
+    """This environment's ``rt``: the script beside this Python, else the module."""
+    script = Path(sys.executable).with_name("rt")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rt_appliance.cli"]
+
+
+def has_option(option: str) -> bool:
+    """Whether ``rt bench cluster`` takes ``option`` (read from its --help)."""
+    done = subprocess.run(
+        [*rt_command(), "bench", "cluster", "--help"], capture_output=True, text=True, check=False
+    )
+    return done.returncode == 0 and option in done.stdout
+
+
+def cluster_command(
+    messages: int, rate: int, seconds: float, workdir: Path, extra: list[str]
+) -> list[str]:
+    """The ``rt bench cluster`` arguments for one run of ``messages`` in total."""
+    return [
+        "bench", "cluster", "--runs", "1",
+        "--measure", "throughput", "--measure", "latency",
+        "--messages", str(max(1000, messages // PUBLISHERS)),
+        "--latency-rate", str(rate),
+        "--latency-seconds", f"{seconds:g}",
+        "--memory-messages", "0",
+        "--workdir", str(workdir),
+        "--json",
+        *extra,
+    ]  # fmt: skip
+
+
+def parse_cluster_json(text: str) -> dict[str, float]:
+    """The figures this bench compares, from ``rt bench cluster --json``'s output."""
+    results: list[dict[str, Any]] = json.loads(text)
+    found: dict[str, float] = {}
+    for key, prefix in FIGURES.items():
+        for result in results:
+            if str(result.get("name", "")).startswith(prefix) and result.get("runs"):
+                found[key] = float(result["median"])
+                break
+    return found
+
+
+def run_ours(
+    messages: int,
+    rate: int,
+    seconds: float,
+    workdir: Path,
+    extra: list[str],
+    progress: Callable[[str], None],
+) -> OurRun:
+    """One run of ``rt bench cluster``; failed if it exits non-zero or lacks a figure."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    argv = [*rt_command(), *cluster_command(messages, rate, seconds, workdir, extra)]
+    # A session of its own, so it gets exactly one SIGINT from here (on Ctrl-C, an
+    # error or the timeout), on which it stops its stream and exits.
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else ""))
+    reader.start()
+    timer = threading.Timer(RUN_TIMEOUT_S, lambda: proc.send_signal(signal.SIGINT))
+    timer.start()
+    tail: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            progress("  " + line.rstrip())
+            tail = [*tail[-19:], line.rstrip()]
+        proc.wait()
+    except BaseException:
+        _interrupt(proc)
+        raise
+    finally:
+        timer.cancel()
+        reader.join()
+    if proc.returncode != 0:
+        return OurRun(False, f"rt bench cluster exited with {proc.returncode}: "
+                             + " / ".join(tail[-4:]))  # fmt: skip
+    try:
+        figures = parse_cluster_json("".join(out))
+    except ValueError as exc:
+        return OurRun(False, f"unreadable JSON from rt bench cluster: {exc}")
+    missing = sorted(set(FIGURES) - set(figures))
+    if missing:
+        return OurRun(False, "rt bench cluster reported no " + ", ".join(missing))
+    shutil.rmtree(workdir, ignore_errors=True)
+    return OurRun(True, "", figures["throughput"], figures["p50"], figures["p99"], figures["max"])
+
+
+def _interrupt(proc: subprocess.Popen[str]) -> None:
+    """SIGINT, time to stop its stream, then SIGKILL; reaped either way."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -1,8 +1,8 @@
 """Our stream in the same run: ``rt bench cluster`` as a subprocess, one run each time.
 
 It measures the same two things on a whole 3-node stream (throughput with batches of
-1,000 from two publishers, latency with single publish calls at the same total rate)
-and prints its figures as JSON; this module reads the end-to-end throughput and the
+1,000 from two publishers, latency with what is due published every 1 ms at the same
+total rate) and prints its figures as JSON; this module reads the end-to-end throughput and the
 latency p50, p99 and max from it. It checks that the subscriber read every message
 (count); the payloads carry no sequence numbers, so duplicates and order are not
 checked per message, and it reports percentiles, not every message's latency.

@@ -64,9 +64,10 @@ def notes(report: PeersReport, opts: PeersOptions, plot: Path | None, doc: Path 
         f"- rt-appliance: each run is `rt bench cluster --runs 1 --measure throughput "
         f"--measure latency --messages {max(1000, opts.messages // 2):,}` (two publishers, "
         f"so {max(2000, opts.messages // 2 * 2):,} in all, in batches of 1,000) with "
-        f"`--latency-rate {rate}` (single publish calls, each at its due time) on a fresh 3-node "
-        f"stream with mutual TLS; the subscriber reads sub-1's copy of the merged log. That "
-        f"bench checks the count the subscriber read, not each message's sequence.",
+        f"`--latency-rate {rate}` (what is due published every 1 ms, like the peers) on a "
+        f"fresh 3-node stream with mutual TLS; the subscriber reads sub-1's copy of the "
+        f"merged log. That bench checks the count the subscriber read, not each message's "
+        f"sequence.",
         "- Everything shares this machine's cores: the servers, the publisher and the "
         "subscriber (for rt-appliance, its nine daemons, two push clients, the pull client "
         "and the applications), so figures are CPU-bound and noisy.",

@@ -28,17 +28,19 @@ phase with a lost, duplicated or reordered message has failed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import base64
 import importlib
-import multiprocessing
-import signal
+import json
+import os
+import queue
 import struct
+import subprocess
+import sys
 import threading
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from rt_appliance.errors import RTError
@@ -65,6 +67,7 @@ FILLER = b"." * (PAYLOAD_BYTES - HEADER.size)
 TICK_NS = 1_000_000  # the latency phase's publisher sends what is due every 1 ms
 READY_TIMEOUT_S = 60.0  # the subscriber must have subscribed by then
 STALL_S = 30.0  # a subscriber that receives nothing for this long gives up
+CHILD_EXIT_S = 10.0  # the subscriber must exit this soon after its result, else SIGKILL
 SHOWN_PROBLEMS = 5  # sequence problems quoted in a failed phase's reason
 SOURCE = ("bench", "publisher")  # the one publisher, as the checker names sources
 
@@ -231,50 +234,83 @@ def run_phase(
 ) -> PhaseResult:
     """One phase: throughput if ``count``, else latency at ``rate`` for ``seconds``.
 
-    The subscriber runs ``subscribe(endpoint, receiver, ready)`` of the peer's
-    subscriber module in a process of its own (spawned: it shares nothing with this one)."""
+    The subscriber is a process of its own (``python -m`` this module, so it imports
+    only what it needs): it runs ``subscribe(endpoint, receiver, ready)`` of the peer's
+    subscriber module and reports, one JSON line each, on a pipe of its own."""
     latency = count == 0
     expected = int(rate * seconds) if latency else count
     publisher = peer.publisher
     publisher.reset_stream()
-    context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
-    child = context.Process(
-        target=_subscriber_main,
-        args=(peer.subscriber_module, dict(peer.endpoint), expected, latency, stall_s, theirs),
-        name="bench-peers-subscriber",
-    )
-    with _sigint_ignored():  # inherited: the child ignores Ctrl-C from its first line
-        child.start()
-    theirs.close()
-    try:
-        _expect(ours, "ready", READY_TIMEOUT_S)
+    args = {
+        "module": peer.subscriber_module,
+        "endpoint": dict(peer.endpoint),
+        "expected": expected,
+        "latency": latency,
+        "stall_s": stall_s,
+    }
+    with _Subscriber(args) as sub:
+        sub.expect("ready", READY_TIMEOUT_S)
         if latency:
             start = time.monotonic_ns()
             publisher.publish_paced(rate, seconds)
             acked_ns = time.monotonic_ns()
         else:
             start, acked_ns = publisher.publish_all(count)
-        got = _expect(ours, "result", stall_s + READY_TIMEOUT_S)
-    finally:
-        ours.close()
-        child.join(5)
-        if child.is_alive():
-            child.kill()
-            child.join()
+        got = sub.expect("result", stall_s + READY_TIMEOUT_S)
     return _judge(got, expected, start, acked_ns, latency)
 
 
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+class _Subscriber:
+    """The subscriber process, its report pipe, and a thread reading that pipe."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        read_fd, write_fd = os.pipe()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", __name__, str(write_fd), json.dumps(args)],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(write_fd,),
+                start_new_session=True,  # Ctrl-C reaches this process, which stops it
+            )
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
+        self.reader.start()
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd) as pipe:
+            for line in pipe:
+                self.lines.put(line)
+        self.lines.put(None)  # the subscriber closed its end
+
+    def expect(self, kind: str, timeout_s: float) -> dict[str, Any]:
+        try:
+            line = self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RTError(f"the subscriber sent no {kind} within {timeout_s:g} s") from None
+        if line is None:
+            raise RTError(f"the subscriber exited (status {self.proc.wait()}) before its {kind}")
+        report = dict(json.loads(line))
+        if report["kind"] == "error":
+            raise RTError(f"the subscriber failed: {report['message']}")
+        if report["kind"] != kind:
+            raise RTError(f"the subscriber sent {report['kind']!r}, expected {kind!r}")
+        return report
+
+    def __enter__(self) -> _Subscriber:
+        return self
+
+    def __exit__(self, error: type[BaseException] | None, *_: object) -> None:
+        try:
+            self.proc.wait(0 if error is not None else CHILD_EXIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(CHILD_EXIT_S)
 
 
 def _judge(
@@ -288,50 +324,37 @@ def _judge(
         return PhaseResult(False, expected, reason)
     result = PhaseResult(True, expected)
     if latency:
-        result.latencies_ns = array("q", got["latencies"]).tolist()
+        result.latencies_ns = array("q", base64.b64decode(got["latencies"])).tolist()
     else:
         result.throughput = expected / max(1, got["last_ns"] - start_ns) * 1e9
         result.acked = expected / max(1, acked_ns - start_ns) * 1e9
     return result
 
 
-def _expect(conn: Connection, kind: str, timeout_s: float) -> dict[str, Any]:
-    if not conn.poll(timeout_s):
-        raise RTError(f"the subscriber sent no {kind} within {timeout_s:g} s")
-    try:
-        what, body = conn.recv()
-    except EOFError as exc:
-        raise RTError(f"the subscriber exited before its {kind}") from exc
-    if what == "error":
-        raise RTError(f"the subscriber failed: {body}")
-    if what != kind:
-        raise RTError(f"the subscriber sent {what!r}, expected {kind!r}")
-    return dict(body)
+def _subscriber_main(report_fd: int, args: dict[str, Any]) -> None:
+    """The subscriber process: subscribe, say ready, receive until finished, report."""
+    expected, latency = int(args["expected"]), bool(args["latency"])
+    receiver = Receiver(expected, latency, float(args["stall_s"]))
+    with os.fdopen(report_fd, "w") as pipe:
+
+        def send(kind: str, **body: Any) -> None:
+            pipe.write(json.dumps({"kind": kind, **body}) + "\n")
+            pipe.flush()
+
+        def ready() -> None:
+            receiver.restart_stall_clock()
+            send("ready")
+
+        try:
+            subscribe = importlib.import_module(str(args["module"])).subscribe
+            subscribe(dict(args["endpoint"]), receiver, ready)
+            got = receiver.result()
+            if got["latencies"] is not None:
+                got["latencies"] = base64.b64encode(got["latencies"]).decode()
+            send("result", **got)
+        except Exception as exc:  # reported to the parent, which fails the phase
+            send("error", message=f"{type(exc).__name__}: {exc}")
 
 
-def _subscriber_main(
-    module: str,
-    endpoint: dict[str, Any],
-    expected: int,
-    latency: bool,
-    stall_s: float,
-    conn: Connection,
-) -> None:
-    """The subscriber process: subscribe, say ready, receive until finished, report.
-
-    It ignores SIGINT (see :func:`run_phase`): on Ctrl-C the parent stops it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    receiver = Receiver(expected, latency, stall_s)
-
-    def ready() -> None:
-        receiver.restart_stall_clock()
-        conn.send(("ready", {}))
-
-    try:
-        subscribe = importlib.import_module(module).subscribe
-        subscribe(endpoint, receiver, ready)
-        conn.send(("result", receiver.result()))
-    except Exception as exc:  # reported to the parent, which fails the phase
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()
+if __name__ == "__main__":
+    _subscriber_main(int(sys.argv[1]), json.loads(sys.argv[2]))

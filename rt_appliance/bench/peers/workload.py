@@ -86,39 +86,51 @@ def due_count(elapsed_ns: int, rate: int, total: int) -> int:
     return min(total, elapsed_ns * rate // 1_000_000_000 + 1)
 
 
+class _Ticks:
+    """The latency phase's schedule: at each 1 ms tick, the batch that is due."""
+
+    def __init__(self, rate: int, seconds: float) -> None:
+        self.rate, self.total = rate, int(rate * seconds)
+        self.start = time.monotonic_ns()
+        self.sent = self.tick = 0
+
+    @property
+    def done(self) -> bool:
+        return self.sent >= self.total
+
+    def due(self) -> list[bytes]:
+        """The messages owed now (possibly none), stamped as they are built."""
+        due = due_count(time.monotonic_ns() - self.start, self.rate, self.total)
+        batch = make_batch(self.sent, due - self.sent) if due > self.sent else []
+        self.sent = max(self.sent, due)
+        return batch
+
+    def wait_s(self) -> float:
+        """How long until the next tick."""
+        self.tick += 1
+        return max(0, self.start + self.tick * TICK_NS - time.monotonic_ns()) / 1e9
+
+
 def paced(send: Callable[[list[bytes]], None], rate: int, seconds: float) -> int:
     """Publish ``rate * seconds`` messages through ``send``, every 1 ms what is due."""
-    total = int(rate * seconds)
-    start = time.monotonic_ns()
-    sent = tick = 0
-    while sent < total:
-        due = due_count(time.monotonic_ns() - start, rate, total)
-        if due > sent:
-            send(make_batch(sent, due - sent))
-            sent = due
-        tick += 1
-        delay = start + tick * TICK_NS - time.monotonic_ns()
-        if delay > 0:
-            time.sleep(delay / 1e9)  # pacing: the next tick
-    return sent
+    ticks = _Ticks(rate, seconds)
+    while not ticks.done:
+        if batch := ticks.due():
+            send(batch)
+        time.sleep(ticks.wait_s())  # pacing: the next tick
+    return ticks.sent
 
 
 async def paced_async(
     send: Callable[[list[bytes]], Awaitable[None]], rate: int, seconds: float
 ) -> int:
     """:func:`paced` for clients on an event loop."""
-    total = int(rate * seconds)
-    start = time.monotonic_ns()
-    sent = tick = 0
-    while sent < total:
-        due = due_count(time.monotonic_ns() - start, rate, total)
-        if due > sent:
-            await send(make_batch(sent, due - sent))
-            sent = due
-        tick += 1
-        delay = start + tick * TICK_NS - time.monotonic_ns()
-        await asyncio.sleep(max(0.0, delay / 1e9))  # pacing; also lets acks be handled
-    return sent
+    ticks = _Ticks(rate, seconds)
+    while not ticks.done:
+        if batch := ticks.due():
+            await send(batch)
+        await asyncio.sleep(ticks.wait_s())  # pacing; also lets acks be handled
+    return ticks.sent
 
 
 def sequence_problems(received: Iterable[int], expected: int) -> list[str]:

@@ -59,12 +59,15 @@ class Result:
         }
 
 
-def rss_bytes() -> int:
-    """This process's resident set size, from /proc."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+def rss_bytes(pid: int | None = None) -> int:
+    """Resident set size of process ``pid`` (default: this one), from /proc; 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid or 'self'}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass  # the process has exited: it holds nothing
     return 0
 
 

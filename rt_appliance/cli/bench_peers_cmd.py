@@ -29,27 +29,61 @@ def _systems(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[
 
 
 @click.command("peers")
-@click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="Runs per row; the table shows the medians of the runs that passed.")
-@click.option("--only", default=",".join(SYSTEMS), show_default=True, callback=_systems,
-              help="Comma-separated systems to run: nats, rabbitmq, redis (both rows), "
-              "rt (both rows).")
-@click.option("--messages", type=click.IntRange(2000), default=200_000, show_default=True,
-              help="Messages of the throughput phase (rt-appliance: half per publisher).")
-@click.option("--latency-rate", type=click.IntRange(1, 1_000_000), default=5_000,
-              show_default=True, help="msg/s of the latency phase.")
-@click.option("--latency-seconds", type=click.FloatRange(0.5, 600), default=10.0,
-              show_default=True, help="Length of the latency phase.")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("/tmp"), show_default=True,
-              help="Where the servers' data, logs and the streams go (a directory "
-              "rt-bench-peers-* in it, removed unless a run failed).")
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Markdown file whose 'rt bench peers' section is replaced with the "
-              "results.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"PNG of the latency CDF  [default: {DEFAULT_PLOT} with --output, "
-              "else none]")
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 50),
+    default=3,
+    show_default=True,
+    help="Runs per row; the table shows the medians of the runs that passed.",
+)
+@click.option(
+    "--only",
+    default=",".join(SYSTEMS),
+    show_default=True,
+    callback=_systems,
+    help="Comma-separated systems to run: nats, rabbitmq, redis (both rows), rt (both rows).",
+)
+@click.option(
+    "--messages",
+    type=click.IntRange(2000),
+    default=200_000,
+    show_default=True,
+    help="Messages of the throughput phase (rt-appliance: half per publisher).",
+)
+@click.option(
+    "--latency-rate",
+    type=click.IntRange(1, 1_000_000),
+    default=5_000,
+    show_default=True,
+    help="msg/s of the latency phase.",
+)
+@click.option(
+    "--latency-seconds",
+    type=click.FloatRange(0.5, 600),
+    default=10.0,
+    show_default=True,
+    help="Length of the latency phase.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/tmp"),
+    show_default=True,
+    help="Where the servers' data, logs and the streams go (a directory "
+    "rt-bench-peers-* in it, removed unless a run failed).",
+)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Markdown file whose 'rt bench peers' section is replaced with the results.",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"PNG of the latency CDF  [default: {DEFAULT_PLOT} with --output, else none]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def peers_bench(
     runs: int,

@@ -28,6 +28,7 @@ from rt_appliance.bench.peers.workload import (
     sequence_problems,
 )
 from rt_appliance.cli.bench_peers_cmd import peers_bench
+from rt_appliance.testing.cluster import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -77,7 +78,7 @@ def test_the_receiver_times_each_message_and_judges_at_the_end() -> None:
 
 def test_a_receiver_with_nothing_arriving_gives_up_after_the_stall_time() -> None:
     receiver = Receiver(expected=10, latency=False, stall_s=0.01)
-    time.sleep(0.02)
+    wait_until(lambda: receiver.finished, 5, "the receiver to give up")
     assert receiver.finished
     assert receiver.result()["problems"][0] == "10 lost"
 

@@ -48,7 +48,6 @@ __all__ = [
     "input_size",
     "keep_logs",
     "latency_traffic",
-    "rss_of",
     "started",
 ]
 
@@ -168,18 +167,6 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
-
-
-def rss_of(pid: int) -> int:
-    """Resident set size of process ``pid`` in bytes (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def input_size(directory: Path) -> int:

@@ -12,9 +12,8 @@ from rt_appliance.bench.cluster.harness import (
     Bench,
     ClusterBenchOptions,
     Progress,
-    rss_of,
 )
-from rt_appliance.bench.stats import Result
+from rt_appliance.bench.stats import Result, rss_bytes
 
 __all__ = ["Memory", "measure_memory", "memory_results"]
 
@@ -36,7 +35,7 @@ def measure_memory(opts: ClusterBenchOptions, work: Path, progress: Progress) ->
         b.start()
         skip = b.warm_up()
         pids = b.pids("sequencer")
-        start = {n: rss_of(p) for n, p in pids.items()}
+        start = {n: rss_bytes(p) for n, p in pids.items()}
         peak = dict(start)
         sub = b.subscriber(expected=skip + per_pub * len(PUBLISHERS), skip=skip)
         pubs = b.publishers(per_pub, rate=rate)
@@ -46,16 +45,16 @@ def measure_memory(opts: ClusterBenchOptions, work: Path, progress: Progress) ->
         def sample() -> None:
             nonlocal samples, next_report
             for n, pid in pids.items():
-                peak[n] = max(peak[n], rss_of(pid))
+                peak[n] = max(peak[n], rss_bytes(pid))
             samples += 1
             if time.monotonic() >= next_report:
-                rss = ", ".join(f"{n} {rss_of(pid) / 1e6:.0f} MB" for n, pid in pids.items())
+                rss = ", ".join(f"{n} {rss_bytes(pid) / 1e6:.0f} MB" for n, pid in pids.items())
                 progress(f"  memory: {sub.count:,} messages at the subscriber; RSS {rss}")
                 next_report += 10
 
         b.wait_subscriber(sub, "memory", skip + per_pub * len(PUBLISHERS), sample)
         got = sub.finish()
-        end = {n: rss_of(pid) for n, pid in pids.items()}
+        end = {n: rss_bytes(pid) for n, pid in pids.items()}
         first = min(child.finish()["first_ns"] for child in pubs)
     rate = per_pub * len(PUBLISHERS) / ((got["done_ns"] - first) / 1e9)
     return Memory(start, end, peak, samples, rate)

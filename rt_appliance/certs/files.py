@@ -20,7 +20,7 @@ from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import CertificateError, UsageError
 from rt_appliance.log.segments import fsync_dir
 
-__all__ = ["host_addresses", "init_for_config", "issue_for_host"]
+__all__ = ["cert_pem", "host_addresses", "init_for_config", "issue_for_host", "key_pem"]
 
 
 def host_addresses(config: StreamConfig, name: str) -> list[str]:
@@ -59,14 +59,14 @@ def init_for_config(
         )
     ca_key, ca_cert = create_ca(config.stream, days=ca_days)
     contents: list[tuple[Path, bytes, bool]] = [
-        (out_dir / "ca.crt", _cert_pem(ca_cert), False),
-        (out_dir / "ca.key", _key_pem(ca_key), True),
+        (out_dir / "ca.crt", cert_pem(ca_cert), False),
+        (out_dir / "ca.key", key_pem(ca_key), True),
     ]
     for name in hosts:
         key, cert = issue_host_cert(ca_key, ca_cert, name, host_addresses(config, name), days=days)
         contents += [
-            (out_dir / f"{name}.crt", _cert_pem(cert), False),
-            (out_dir / f"{name}.key", _key_pem(key), True),
+            (out_dir / f"{name}.crt", cert_pem(cert), False),
+            (out_dir / f"{name}.key", key_pem(key), True),
         ]
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -99,11 +99,11 @@ def issue_for_host(
     key, cert = issue_host_cert(ca_key, ca_cert, name, host_addresses(config, name), days=days)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(targets[0], _cert_pem(cert), 0o644)
-        _write_atomic(targets[1], _key_pem(key), 0o600)
+        _write_atomic(targets[0], cert_pem(cert), 0o644)
+        _write_atomic(targets[1], key_pem(key), 0o600)
         written = targets
         if (out_dir / "ca.crt").resolve() != (ca_dir / "ca.crt").resolve():
-            _write_atomic(out_dir / "ca.crt", _cert_pem(ca_cert), 0o644)
+            _write_atomic(out_dir / "ca.crt", cert_pem(ca_cert), 0o644)
             written = [*targets, out_dir / "ca.crt"]
         fsync_dir(out_dir)
     except OSError as exc:
@@ -111,11 +111,11 @@ def issue_for_host(
     return written
 
 
-def _cert_pem(cert: x509.Certificate) -> bytes:
+def cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
-def _key_pem(key: PrivateKey) -> bytes:
+def key_pem(key: PrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,

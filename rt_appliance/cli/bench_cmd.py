@@ -516,6 +516,49 @@ def spark_bench(
         raise SystemExit(1)
 
 
+@bench.command("floor")
+@_common("floor", default_runs=3, memory_gb=False)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(0.5, 600),
+    default=5.0,
+    show_default=True,
+    help="Length of each step's run at each rate.",
+)
+@click.option(
+    "--idle-rate",
+    type=click.IntRange(1, 1000),
+    default=20,
+    show_default=True,
+    help="Steps per second of the idle runs.",
+)
+def floor_bench(
+    runs: int, workdir: Path, output: Path | None, as_json: bool, seconds: float, idle_rate: int
+) -> None:
+    """The least each kind of step on a message's path costs here, and the floors they set.
+
+    \b
+    tls      a 100-byte frame between two Python processes over mutual TLS 1.3
+             on asyncio (half a round trip; CPU of both processes)
+    inotify  a process waiting on an inotify watch wakes when another one
+             appends 100 bytes, and reads them
+    sync     fdatasync of a 100-byte append on --workdir's disk
+    thread   an asyncio loop hands a call to a worker thread and gets it back
+
+    Each at --idle-rate and at 1,000 per second (one per millisecond, the
+    publishing tick of the latency runs): latency p50 and p99, CPU per step.
+    Then two floors for a 3-node stream on this machine: the idle latency (the
+    steps one after another on a message's path, at their p50) and the
+    daemons' CPU at one publishing tick per millisecond (every step a tick
+    causes in every daemon). See docs/BENCHMARKS.md for the counts.
+    """
+    from rt_appliance.bench.floor import run_floor_bench
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    found = run_floor_bench(workdir, runs, seconds, idle_rate, 1000, _progress("floor"))
+    _report("floor", found.results(), workdir, output, as_json, "", _source_commit())
+
+
 def _problem_lines(problem: str) -> str:
     """A problem for the report: its first line and the nodes' status, not the log lines."""
     lines = problem.strip().splitlines()

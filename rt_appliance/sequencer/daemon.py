@@ -150,6 +150,7 @@ class Sequencer:
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._wake = asyncio.Event()
         self._inputs_changed = asyncio.Event()
         self._wake_taken = asyncio.Event()  # the planner loop took the last wake
@@ -173,14 +174,21 @@ class Sequencer:
         self.ready = asyncio.Event()
 
     def wake(self) -> None:
+        """Wake the planner, from any thread (on the loop itself without the self-pipe:
+        raft applies and answers proposals there, thousands of times a second)."""
         loop = self._loop
-        if loop is not None:
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()
+        else:
             loop.call_soon_threadsafe(self._wake.set)
 
     def leader(self) -> str | None:
         return self.raft.leader()
 
     async def run(self) -> None:
+        self._loop_thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()
         serve_metrics(self.metrics.registry, self.config.node(self.name).host, self.metrics_port)
         self.merger.start()

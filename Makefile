@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-appliance package units lint bench bench-peers peer-servers docs clean
+.PHONY: demo test test-appliance package units fuzz lint bench bench-peers peer-servers docs clean
 
 $(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ test-appliance: $(STAMP) package
 # under /opt/rt-appliance, nfpm); RT_PKG_SPARK=0 make package skips the Spark package.
 package:
 	bash packaging/build.sh
+
+# The decoders of tests/fuzz with a large budget (FUZZ_EXAMPLES random inputs per
+# property, 200,000 by default); `make test` runs them with hypothesis's default 100.
+FUZZ_EXAMPLES ?= 200000
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/fuzz
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rt_appliance tests

@@ -41,6 +41,7 @@ from rt_appliance.errors import (
     TransportError,
 )
 from rt_appliance.limits import FOLLOW_POLL_S
+from rt_appliance.log.segments import ListingCache
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import (
     FETCH_ROLE,
@@ -70,6 +71,10 @@ from rt_appliance.transport.tls import server_context
 
 __all__ = ["PullServer", "ServerMetrics"]
 
+# A chunk smaller than this was read at the merged log's tail, from the page cache: the
+# next read is done on the event loop (no thread hand-off per message); after a larger
+# one (catching up, maybe from disk) reads go to a worker thread.
+INLINE_READ_BYTES = 64 << 10
 STALE_CHECK_S = 1.0  # how often an idle pull checks that the node's sequencer is alive
 
 log = logging.getLogger(__name__)
@@ -113,6 +118,8 @@ class PullServer:
         self.node = config.node(node_name)
         self.name = node_name
         self.directory = pull_source_dir(config, self.node)
+        # the oldest file's start, listed again only when a file is added or removed
+        self._oldest = ListingCache(self.directory, oldest_position)
         self.metrics = metrics
         self._context: ssl.SSLContext = server_context(config.tls, node_name)
         self._chunk_bytes = config.replication.max_frame_bytes - FRAME_MARGIN_BYTES
@@ -296,11 +303,13 @@ class PullServer:
         oldest: Position | None = None
         lag_at = 0.0
         stale_check = time.monotonic() + STALE_CHECK_S  # a client just came: give it a moment
+        inline = False  # at the tail: the next read is small, done on the loop
         try:
             while True:
                 seen = self._changes.generation
                 oldest = await self._announce_prune(conn, oldest)
-                chunk = await finish_in_thread(stream.read)
+                chunk = stream.read() if inline else await finish_in_thread(stream.read)
+                inline = chunk is None or len(chunk[1]) < INLINE_READ_BYTES
                 if chunk is None:
                     self.metrics.lag.labels(conn.peer).set(0)
                     stale = self._stale() if time.monotonic() >= stale_check else None
@@ -335,7 +344,7 @@ class PullServer:
 
     async def _announce_prune(self, conn: Connection, told: Position | None) -> Position | None:
         """PRUNE {before: the oldest file's start} when it differs from what ``conn`` was told."""
-        oldest = oldest_position(self.directory)
+        oldest = self._oldest.get()
         if oldest is not None and oldest != told:
             await conn.send(FrameType.PRUNE, {"before": int(oldest)})
             self.metrics.prunes.inc()

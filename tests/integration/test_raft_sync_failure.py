@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import rt_appliance.sequencer.raft as raft_module
+import rt_appliance.sequencer.raft.journal as journal_module
 from rt_appliance.config import load_config
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
@@ -27,7 +27,7 @@ def test_a_failed_journal_sync_stops_raft_and_applies_nothing(
     applied: list[bool] = []
 
     def failing_fsync(fd: int) -> None:  # what the disk answers after a write error
-        raft_module.os.close(fd)
+        journal_module.os.close(fd)
         raise OSError(errno.EIO, "Input/output error")
 
     async def scenario() -> None:
@@ -37,7 +37,7 @@ def test_a_failed_journal_sync_stops_raft_and_applies_nothing(
             while not node.is_leader():  # a single node elects itself
                 assert time.monotonic() < deadline, "the node never led"
                 await asyncio.sleep(0.02)
-            monkeypatch.setattr(raft_module, "_fsync_and_close", failing_fsync)
+            monkeypatch.setattr(journal_module, "fsync_and_close", failing_fsync)
             node.propose(b'{"t":"prune","below":1,"reason":"x","ts":1}', lambda ok, why: None)
             while node.failure is None:
                 assert time.monotonic() < deadline, "the failed sync went unnoticed"

@@ -8,29 +8,29 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.sequencer.raft import _fsync_and_close, _SyncedJournal
+from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 
 
 @pytest.fixture
-def journal(tmp_path: Path) -> Iterator[_SyncedJournal]:
-    opened = _SyncedJournal(str(tmp_path / "raft.journal"))
+def journal(tmp_path: Path) -> Iterator[SyncedJournal]:
+    opened = SyncedJournal(str(tmp_path / "raft.journal"))
     try:
         yield opened
     finally:
         opened._destroy()
 
 
-def _sync_while(journal: _SyncedJournal, meanwhile: Callable[[], None]) -> int:
+def _sync_while(journal: SyncedJournal, meanwhile: Callable[[], None]) -> int:
     """A sync as raft runs it in a worker thread, with ``meanwhile`` done between its
     start and its end; returns the raft index it began at."""
     generation, index, cuts, fd = journal.begin_sync()
     meanwhile()
-    _fsync_and_close(fd)
+    fsync_and_close(fd)
     journal.end_sync(generation, index, cuts)
     return index
 
 
-def test_a_sync_covers_what_was_written_before_it_began(journal: _SyncedJournal) -> None:
+def test_a_sync_covers_what_was_written_before_it_began(journal: SyncedJournal) -> None:
     assert journal.dirty and journal.synced_index == 0
     journal.add(b"a", 1, 1)
     journal.add(b"b", 2, 1)
@@ -45,7 +45,7 @@ def test_a_sync_covers_what_was_written_before_it_began(journal: _SyncedJournal)
     assert journal.syncs == 2
 
 
-def test_removed_entries_are_not_counted_as_synced(journal: _SyncedJournal) -> None:
+def test_removed_entries_are_not_counted_as_synced(journal: SyncedJournal) -> None:
     for idx in range(1, 6):
         journal.add(b"x", idx, 1)
     journal.sync()
@@ -67,10 +67,10 @@ def test_removed_entries_are_not_counted_as_synced(journal: _SyncedJournal) -> N
     assert journal.synced_index == 4
 
 
-def test_the_descriptor_given_to_a_sync_is_its_own(journal: _SyncedJournal) -> None:
+def test_the_descriptor_given_to_a_sync_is_its_own(journal: SyncedJournal) -> None:
     *_, fd = journal.begin_sync()
     os.fstat(fd)
-    _fsync_and_close(fd)  # closing it leaves the journal's own file open
+    fsync_and_close(fd)  # closing it leaves the journal's own file open
     journal.add(b"a", 1, 1)
     journal.sync()
     assert journal.synced_index == 1

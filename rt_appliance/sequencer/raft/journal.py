@@ -1,0 +1,121 @@
+"""pysyncobj's journal, synced before anything depends on it, with a durable term and vote.
+
+pysyncobj writes its journal through mmap and never syncs it, and keeps the current term
+and vote in a meta file it writes without a sync. Here the journal counts its changes,
+so the transport can hold back every message until a sync has covered what was written
+before it (:mod:`.transport`), and the term and vote go to :class:`.vote.VoteStore`, which
+syncs them before pysyncobj goes on (it asks for the save before it sends the vote or
+the answer that reflects them).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pysyncobj.journal as _journal
+
+from rt_appliance.sequencer.raft.vote import Vote, VoteStore
+
+__all__ = ["JOURNALS", "SyncedJournal", "create_journal", "fsync_and_close"]
+
+
+class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
+    """pysyncobj's file journal that knows what is on disk.
+
+    Every change bumps :attr:`written`; a sync taken at generation G covers every change
+    up to G (:attr:`synced`) and every entry up to the raft index that was last then
+    (:attr:`synced_index`). A sync can run in a worker thread (:meth:`begin_sync`,
+    :meth:`fsync`, :meth:`end_sync`) while raft goes on writing.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.votes = VoteStore(Path(path).parent)
+        self.written = 1  # generation of the last change (the file as opened counts)
+        self.synced = 0  # generation the last completed sync covered
+        self.synced_index = 0  # raft entries up to this index are on disk
+        self.cuts = 0  # entries removed (a divergent tail, a compaction) so far
+        self.syncs = 0
+        super().__init__(path)
+
+    # term and vote: durable before pysyncobj acts on them
+    def setCurrentTerm(self, term: int, votedForNodeId: str | None) -> None:
+        self.votes.save(Vote(int(term), votedForNodeId))
+
+    def getCurrentTerm(self) -> int:
+        return self.votes.saved.term
+
+    def getVotedForNodeId(self) -> str | None:
+        return self.votes.saved.voted_for
+
+    @property
+    def dirty(self) -> bool:
+        return self.synced < self.written
+
+    def last_index(self) -> int:
+        return int(self[-1][1]) if len(self) else 0
+
+    def add(self, command: bytes, idx: int, term: int) -> None:
+        super().add(command, idx, term)
+        self.written += 1
+
+    def clear(self) -> None:
+        super().clear()
+        self.written += 1
+        self.cuts += 1
+        self.synced_index = 0  # what is added back is not on disk until the next sync
+
+    def deleteEntriesFrom(self, entryFrom: int) -> None:
+        super().deleteEntriesFrom(entryFrom)
+        self.written += 1
+        self.cuts += 1
+        self.synced_index = min(self.synced_index, self.last_index())
+
+    def begin_sync(self) -> tuple[int, int, int, int]:
+        """(generation, last index, cuts, a descriptor of the file to fsync and close).
+
+        The descriptor is a duplicate: pysyncobj reopens the file when it grows it."""
+        resizable = self._FileJournal__journalFile
+        fd = os.dup(resizable._ResizableFile__f.fileno())
+        return self.written, self.last_index(), self.cuts, fd
+
+    @staticmethod
+    def fsync(fd: int) -> None:
+        """:func:`fsync_and_close` (looked up when called, so a test can make it fail)."""
+        fsync_and_close(fd)
+
+    def end_sync(self, generation: int, index: int, cuts: int) -> None:
+        self.synced = max(self.synced, generation)
+        if cuts == self.cuts:  # nothing removed meanwhile: the entries synced are still ours
+            self.synced_index = max(self.synced_index, index)
+        self.syncs += 1
+
+    def sync(self) -> None:
+        """Sync now, in this thread (if anything changed)."""
+        if self.dirty:
+            generation, index, cuts, fd = self.begin_sync()
+            self.fsync(fd)
+            self.end_sync(generation, index, cuts)
+
+
+def fsync_and_close(fd: int) -> None:
+    # fsync alone: on Linux it also writes back pages dirtied through the shared mapping
+    # (msync(MS_SYNC) comes down to the same), so one call does both.
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+JOURNALS: dict[str, SyncedJournal] = {}  # by path: the transport finds its node's journal
+
+
+def create_journal(journal_file: str | None = None) -> Any:
+    """pysyncobj's journal factory, replaced (:func:`.patches.install`)."""
+    if journal_file is None:
+        raise RuntimeError("the sequencer always keeps a journal file")
+    journal = SyncedJournal(journal_file)
+    JOURNALS[journal_file] = journal
+    return journal

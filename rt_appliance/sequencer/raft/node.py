@@ -1,0 +1,377 @@
+"""One node's raft: pysyncobj driven by the sequencer's event loop.
+
+* **One thread, no polling.** pysyncobj's own tick thread is off (``autoTick=False``):
+  :meth:`RaftNode.run` ticks raft on the sequencer's event loop, at once when a message
+  arrives, a proposal is made or a peer comes or goes, and otherwise when raft's next
+  timer is due (the leader's next heartbeat, a follower's election deadline; at least
+  every ``_TICK_S``). The TLS links are asyncio streams on the same loop, so a message
+  costs no hand-over between threads.
+* **Replicated methods never raise.** :meth:`_Replicated.apply` hands the command bytes
+  to the state machine and logs and counts anything it raises; a malformed command is
+  rejected by the state machine identically on every node. A committed entry is applied
+  only once a journal sync has covered it.
+* **Snapshots are JSON**: the state machine's, plus the two raft entries pysyncobj keeps.
+* **Every ``SyncObjConf`` option is set explicitly** in :func:`_conf`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+from pysyncobj.node import Node, TCPNode
+
+from rt_appliance import trace
+from rt_appliance.config.model import StreamConfig
+from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
+from rt_appliance.sequencer.raft import patches
+from rt_appliance.sequencer.raft.codec import UNDECODABLE
+from rt_appliance.sequencer.raft.link import Link, address
+from rt_appliance.sequencer.raft.transport import TlsTransport
+
+__all__ = ["RaftNode", "RaftStatus", "StateMachine"]
+
+log = logging.getLogger(__name__)
+
+_TICK_S = 0.1  # raft's timers are checked at least this often (pysyncobj's autoTickPeriod)
+_TIMER_SLACK_S = 0.001  # a timer tick comes this long after the deadline it serves
+
+
+class StateMachine(Protocol):
+    """What raft drives: deterministic apply, and a JSON snapshot of the state."""
+
+    def apply(self, command: bytes) -> bool: ...
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def restore(self, snapshot: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RaftStatus:
+    role: str  # leader | follower | candidate
+    leader: str | None
+    term: int
+    commit_index: int
+    last_applied: int
+    has_quorum: bool
+    log_entries: int
+    connected: list[str]
+    peers: dict[str, dict[str, int | None]]  # leader only: next and match index per follower
+
+
+class _Replicated(SyncObj):  # type: ignore[misc]
+    def __init__(self, machine: StateMachine, link: Link, **kwargs: Any) -> None:
+        self._machine, self._link = machine, link
+        self.apply_errors = 0
+        super().__init__(**kwargs)
+
+    @replicated  # type: ignore[untyped-decorator]
+    def apply(self, command: bytes) -> bool:
+        # An entry is acted on only once it is on disk here. Usually a sync has covered
+        # it already (an append is answered only after one); if not, sync now.
+        index = self._SyncObj__raftLastApplied + 1
+        self._link.sync_journal_through(index)
+        trace.event("apply", self._link.name, index)
+        try:
+            return bool(self._machine.apply(command))
+        except Exception:  # never raise into pysyncobj: it would retry this entry forever
+            self.apply_errors += 1
+            log.exception("raft: applying a command failed; it is ignored on this node")
+            return False
+
+
+class RaftNode:
+    """One node's raft: propose commands, read role and leader; apply runs the machine."""
+
+    def __init__(
+        self, config: StreamConfig, name: str, state_dir: Path, machine: StateMachine
+    ) -> None:
+        patches.install()
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.config, self.name, self.machine = config, name, machine
+        journal = str(state_dir / "raft.journal")
+        self._link = Link(config, name, journal)
+        self._snapshot_path = str(state_dir / "raft.snapshot")
+        me = TCPNode(address(config, config.node(name)))
+        others = [TCPNode(address(config, n)) for n in config.nodes if n.name != name]
+        link = self._link
+        made: list[TlsTransport] = []
+
+        def transport(sync_obj: Any, self_node: Node, other_nodes: Any) -> TlsTransport:
+            made.append(TlsTransport(sync_obj, self_node, other_nodes, link=link))
+            return made[0]
+
+        self._obj = _Replicated(
+            machine,
+            link,
+            selfNode=me,
+            otherNodes=others,
+            conf=_conf(config, journal, self._snapshot_path, self._serialize, self._deserialize),
+            transportClass=transport,
+        )
+        self._transport = made[0]
+        patches.check("SyncObj", self._obj)
+        patches.check("Transport", self._transport)
+        journal_file = self._link.journal()
+        if journal_file is not None:
+            patches.check("FileJournal", journal_file)
+            patches.check("ResizableFile", journal_file._FileJournal__journalFile)
+        # pysyncobj wakes its own poller through a pipe on every command; raft is ticked by
+        # :meth:`run` instead, and :meth:`propose` asks for the tick itself.
+        self._obj._SyncObj__pipeNotifier = _NoNotifier()
+        UNDECODABLE[0] = (self._obj._methodToID[self._obj._getFuncName("apply")], (b"",))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick_pending = False
+        self._tick_failures = 0
+        self._commit_seen = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._next_failure_log = 0.0
+
+    async def wait_listening(self) -> None:
+        """Return once raft's port accepts connections."""
+        await self._transport.listening.wait()
+
+    async def run(self) -> None:
+        """Run raft on this event loop until cancelled: listen, dial every peer, and tick
+        whenever something happens (a message, a proposal, a peer up or down) and at least
+        every ``_TICK_S`` (election and heartbeat timers). Nothing is sent or applied
+        before it runs."""
+        self._loop = asyncio.get_running_loop()
+        self._link.kick = self._kick
+        self._transport.dial()
+        try:
+            self._tick()  # also arms the timer tick
+            await self._transport.listen()
+            await asyncio.Event().wait()  # ticks come from kicks and the timer until cancelled
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+
+    def _arm_timer(self) -> None:
+        """Tick again when raft's next timer is due, unless something kicks it sooner."""
+        loop = self._loop
+        if loop is None:
+            return
+        obj = self._obj
+        if obj._isLeader():
+            due = obj._SyncObj__newAppendEntriesTime
+        else:
+            due = obj._SyncObj__raftElectionDeadline
+        left = due - time.monotonic()
+        # a deadline already past was served by the tick that just ran (an election
+        # waits for a peer to be connected, and a connection kicks a tick)
+        delay = min(left + _TIMER_SLACK_S, _TICK_S) if left > 0 else _TICK_S
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = loop.call_later(delay, self._tick)
+
+    def _kick(self) -> None:
+        """A tick as soon as the loop is free (on the loop's thread)."""
+        if not self._tick_pending and self._loop is not None:
+            self._tick_pending = True
+            self._loop.call_soon(self._tick)
+
+    def _tick(self) -> None:
+        self._tick_pending = False
+        try:
+            self._obj.doTick(0.0)
+            if trace.enabled():
+                commit = self._obj._SyncObj__raftCommitIndex
+                if commit != self._commit_seen:
+                    self._commit_seen = commit
+                    trace.event("commit", self.name, commit)
+        except Exception:  # pysyncobj's own loop survives a failed tick the same way
+            self._tick_failures += 1
+            if time.monotonic() >= self._next_failure_log:
+                log.exception("raft: a tick failed (%d so far); ticking on", self._tick_failures)
+                self._next_failure_log = time.monotonic() + 5.0
+        finally:
+            self._arm_timer()
+
+    @property
+    def apply_errors(self) -> int:
+        return int(self._obj.apply_errors)
+
+    @property
+    def refusals(self) -> collections.Counter[str]:
+        return self._link.refusals
+
+    @property
+    def failure(self) -> BaseException | None:
+        """Why raft cannot go on here (a failed journal sync), or None."""
+        return self._link.failure
+
+    def set_refusal_hook(self, hook: Callable[[str], None]) -> None:
+        self._link.on_refused = hook
+
+    def propose(self, command: bytes, done: Callable[[bool, str], None]) -> None:
+        """Submit ``command`` (from any thread); ``done(accepted, why)`` runs on raft's
+        event loop once it is decided."""
+
+        def callback(result: Any, error: int) -> None:
+            if error == FAIL_REASON.SUCCESS:
+                done(bool(result), "" if result else "rejected by the state machine")
+            else:
+                done(False, _FAIL_NAMES.get(error, f"error {error}"))
+
+        self._obj.apply(command, callback=callback)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: no tick to come
+                loop.call_soon_threadsafe(self._kick)
+
+    def leader(self) -> str | None:
+        """The leader this node knows of (cheap: no full status)."""
+        node = self._obj._getLeader()
+        return self._link.name_of(node) if node is not None else None
+
+    def term(self) -> int:
+        """The current raft term (cheap: no full status)."""
+        return int(self._obj.raftCurrentTerm)
+
+    def status(self) -> RaftStatus:
+        s = self._obj.getStatus()
+        leader = s.get("leader")
+        return RaftStatus(
+            role={0: "follower", 1: "candidate", 2: "leader"}.get(s["state"], "unknown"),
+            leader=self._link.name_of(leader) if leader is not None else None,
+            term=int(s["raft_term"]),
+            commit_index=int(s["commit_idx"]),
+            last_applied=int(s["last_applied"]),
+            has_quorum=bool(s["has_quorum"]),
+            log_entries=int(s["log_len"]),
+            peers={
+                n.name: {
+                    "next_index": s.get(f"next_node_idx_server_{address(self.config, n)}"),
+                    "match_index": s.get(f"match_idx_server_{address(self.config, n)}"),
+                }
+                for n in self.config.nodes
+                if n.name != self.name
+            },
+            connected=sorted(
+                n.name
+                for n in self.config.nodes
+                if n.name != self.name
+                and s.get(f"partner_node_status_server_{address(self.config, n)}") == 2
+            ),
+        )
+
+    def is_leader(self) -> bool:
+        return bool(self._obj._isLeader())
+
+    def destroy(self) -> None:
+        self._obj.destroy()
+
+    # snapshots: JSON, the machine's state plus the two raft entries pysyncobj keeps
+    def _serialize(self, path: str, raft_data: Any) -> None:
+        last, before, _cluster = raft_data
+        doc = {
+            "format": 1,
+            "state": self.machine.snapshot(),
+            "entries": [_entry_json(last), _entry_json(before)],
+        }
+        with open(path, "w") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _deserialize(self, path: str) -> tuple[Any, Any, Any]:
+        with open(path) as f:
+            doc = json.load(f)
+        self.machine.restore(doc["state"])
+        last, before = (_entry_from_json(e) for e in doc["entries"])
+        return last, before, None
+
+
+_FAIL_NAMES = {
+    FAIL_REASON.QUEUE_FULL: "raft queue full",
+    FAIL_REASON.MISSING_LEADER: "no leader",
+    FAIL_REASON.DISCARDED: "discarded by a new leader",
+    FAIL_REASON.NOT_LEADER: "not the leader",
+    FAIL_REASON.LEADER_CHANGED: "leader changed",
+    FAIL_REASON.REQUEST_DENIED: "request denied",
+    # 0.3.17: a stale answer after a leader restart (older releases stop on it, which
+    # patches.install refuses); read by name so an older release still imports this
+    getattr(FAIL_REASON, "UNKNOWN_OUTCOME", 7): "outcome unknown (the leader restarted)",
+}
+
+
+class _NoNotifier:
+    """Stands in for pysyncobj's pipe notifier (its poller is not what wakes raft here)."""
+
+    def notify(self) -> None:
+        return None
+
+
+def _entry_json(entry: Any) -> list[Any]:
+    command, idx, term = entry
+    if isinstance(command, str):
+        command = command.encode()
+    return [base64.b64encode(command).decode(), int(idx), int(term)]
+
+
+def _entry_from_json(item: list[Any]) -> tuple[bytes, int, int]:
+    return base64.b64decode(item[0]), int(item[1]), int(item[2])
+
+
+def _conf(
+    config: StreamConfig,
+    journal: str,
+    snapshot: str,
+    serialize: Callable[[str, Any], None],
+    deserialize: Callable[[str], tuple[Any, Any, Any]],
+) -> SyncObjConf:
+    seq = config.sequencer
+    min_timeout = seq.raft_min_timeout_ms / 1000
+    max_timeout = seq.raft_max_timeout_ms / 1000
+    return SyncObjConf(
+        password=None,  # TLS protects the traffic instead of pysyncobj's own encryption
+        autoTick=False,  # ticked by RaftNode.run on the sequencer's event loop
+        autoTickPeriod=_TICK_S,
+        commandsQueueSize=100_000,
+        raftMinTimeout=min_timeout,
+        raftMaxTimeout=max_timeout,
+        appendEntriesPeriod=seq.append_entries_period_ms / 1000,
+        connectionTimeout=max(max_timeout, 2.0),
+        connectionRetryTime=1.0,
+        leaderFallbackTimeout=max(max_timeout * 2, 2.0),
+        appendEntriesUseBatch=False,  # send each new entry and commit at once: latency
+        appendEntriesBatchSizeBytes=1 << 16,
+        bindAddress=None,  # the transport binds the node's own address
+        preferredAddrType="ipv4",
+        sendBufferSize=1 << 20,
+        recvBufferSize=1 << 20,
+        dnsCacheTime=600.0,
+        dnsFailCacheTime=30.0,
+        logCompactionMinEntries=seq.compaction_min_entries,
+        logCompactionMinTime=seq.compaction_min_s,
+        logCompactionSplit=True,  # nodes take snapshots at different times
+        logCompactionBatchSize=1 << 16,
+        commandsWaitLeader=True,
+        fullDumpFile=snapshot,
+        journalFile=journal,
+        bindRetryTime=1.0,
+        maxBindRetries=0,
+        onReady=None,
+        onStateChanged=None,
+        dynamicMembershipChange=False,
+        pollerType="auto",
+        useFork=False,  # serialising in a fork of a threaded process is unsafe
+        serializer=serialize,
+        serializeChecker=None,
+        deserializer=deserialize,
+        onCodeVersionChanged=None,
+        tcp_keepalive=(KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES),
+    )

@@ -1,0 +1,101 @@
+"""What rt-appliance changes inside pysyncobj, applied by one explicit call.
+
+pysyncobj is the raft library; :func:`install` replaces, module-wide and once:
+
+* its decoders of log entries and of the journal's meta file (``pysyncobj.pickle`` and
+  ``pysyncobj.journal``) with :mod:`.codec`'s, which refuse every global;
+* its journal factory (``pysyncobj.syncobj.createJournal``) with :mod:`.journal`'s
+  synced journal.
+
+:data:`PRIVATE_ATTRIBUTES` lists every private name of pysyncobj this package reads or
+sets; :func:`check` fails with a clear error when a pysyncobj release lacks one, so an
+upgrade that breaks a private contract stops the node at start, not in the middle of
+an election.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pysyncobj
+import pysyncobj.journal as _journal
+import pysyncobj.pickle as _pso_pickle
+import pysyncobj.syncobj as _syncobj
+
+from rt_appliance.errors import RTError
+from rt_appliance.sequencer.raft import codec
+from rt_appliance.sequencer.raft.journal import create_journal
+
+__all__ = ["PRIVATE_ATTRIBUTES", "SUPPORTED", "check", "install"]
+
+SUPPORTED = "0.3.17"  # the pysyncobj release these patches are made and tested for
+
+# owner -> private attributes of it this package relies on
+PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "SyncObj": (
+        "_SyncObj__raftCommitIndex",
+        "_SyncObj__raftLastApplied",
+        "_SyncObj__raftElectionDeadline",
+        "_SyncObj__newAppendEntriesTime",
+        "_SyncObj__pipeNotifier",
+        "_methodToID",
+        "_getFuncName",
+        "_getLeader",
+        "_isLeader",
+    ),
+    "Transport": ("_onMessageReceived", "_onNodeConnected", "_onNodeDisconnected"),
+    "FileJournal": ("_FileJournal__journalFile",),
+    "ResizableFile": ("_ResizableFile__f",),
+}
+
+_installed = False
+
+
+def install() -> None:
+    """Replace pysyncobj's decoders and journal factory (idempotent).
+
+    Refuses a pysyncobj older than :data:`SUPPORTED`: before 0.3.17 pysyncobj never hands
+    the term and vote to its journal, so they would not be kept across a restart."""
+    global _installed
+    if _installed:
+        return
+    if _release(_version()) < _release(SUPPORTED):
+        raise RTError(
+            f"pysyncobj {_version()} is too old: the sequencer needs {SUPPORTED} or later "
+            "(it must hand raft's term and vote to the journal, which keeps them on disk)"
+        )
+    _journal.loads = codec.restricted_loads  # the journal's meta file (imported by name)
+    _journal.dumps = codec.dumps
+    _pso_pickle.loads = codec.command_loads
+    _pso_pickle.load = codec.restricted_load
+    _pso_pickle.dumps = codec.dumps
+    _pso_pickle.dump = codec.dump
+    _syncobj.createJournal = create_journal
+    _installed = True
+
+
+def check(owner: str, obj: Any) -> None:
+    """Raise if ``obj`` (a live instance of ``owner``) lacks a private attribute we use."""
+    missing = [name for name in PRIVATE_ATTRIBUTES[owner] if not hasattr(obj, name)]
+    if missing:
+        version = getattr(pysyncobj, "__version__", None) or _version()
+        raise RTError(
+            f"pysyncobj {version} lacks {', '.join(missing)} of its {owner}, which the "
+            f"sequencer relies on; install pysyncobj {SUPPORTED}"
+        )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in version.split(".")[:3])
+    except ValueError:
+        return (0,)
+
+
+def _version() -> str:
+    try:
+        from pysyncobj.version import VERSION
+
+        return str(VERSION)
+    except ImportError:
+        return "(unknown version)"

@@ -1,0 +1,145 @@
+"""One outgoing raft connection: kept up, identity-checked, flow-controlled.
+
+Each direction of a pair of nodes has its own connection (A's messages to B travel on
+the connection A opened); nothing comes back on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from typing import TYPE_CHECKING
+
+from pysyncobj.node import Node
+
+from rt_appliance.errors import PeerRejectedError, RTError
+from rt_appliance.transport.listen import set_keepalive
+from rt_appliance.transport.tls import peer_name
+
+if TYPE_CHECKING:
+    from rt_appliance.sequencer.raft.transport import TlsTransport
+
+__all__ = ["CONNECT_TIMEOUT_S", "SEND_BUFFER_BYTES", "Peer"]
+
+log = logging.getLogger(__name__)
+
+SEND_BUFFER_BYTES = 64 << 20  # unsent to one peer; beyond, raft's retransmission covers
+CONNECT_TIMEOUT_S = 3.0
+_ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
+
+
+class Peer:
+    """Our outgoing connection to one node, kept up by a task on the event loop."""
+
+    def __init__(self, transport: TlsTransport, node: Node, name: str, address: tuple[str, int]):
+        self.transport, self.node, self.name, self.address = transport, node, name, address
+        self.writer: asyncio.StreamWriter | None = None
+        self.stopping = False
+        self.in_step = False  # the follower accepted our last append
+        self.awaiting = False  # an append is out and its answer not back
+        self.awaiting_until = 0.0
+        self.full_since: float | None = None  # when the send buffer last went over its limit
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.writer is not None
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-to-{self.name}")
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self.stopping:
+            try:
+                reader, writer = await self._connect()
+            except (OSError, ssl.SSLError, TimeoutError, RTError) as exc:
+                log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            backoff = 0.05
+            self.in_step = self.awaiting = False
+            self.full_since = None
+            self.writer = writer
+            self.transport.node_up(self.node)
+            log.info("raft: connected to %s at %s:%d", self.name, *self.address)
+            try:
+                # Nothing comes back on this connection (answers travel on the one the
+                # peer opened): a read ends only when the connection does.
+                await reader.read(1)
+                log.info("raft: connection to %s closed by the peer", self.name)
+            except (OSError, ssl.SSLError) as exc:
+                log.info("raft: connection to %s lost: %s", self.name, exc)
+            finally:
+                self.writer = None
+                writer.transport.abort()
+                self.transport.node_down(self.node)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                *self.address, ssl=self.transport.client_ctx, server_hostname=None
+            ),
+            CONNECT_TIMEOUT_S,
+        )
+        try:
+            set_keepalive(writer)
+            name = peer_name(writer.get_extra_info("ssl_object"))
+            if name != self.name:
+                raise PeerRejectedError(
+                    f"{self.address} presented {name!r}, expected {self.name!r}"
+                )
+        except BaseException:
+            writer.transport.abort()
+            raise
+        return reader, writer
+
+    # Flow control for a follower that is not in step. pysyncobj's leader sends its whole
+    # backlog at once, moving its next index past the end; a follower whose log diverges
+    # (an old leader's uncommitted tail) rejects the first batch (its answer moves the index
+    # back one) and every later one (each answer moves it to the follower's end): the two
+    # kinds of answer alternate forever. So until a follower accepts, one append is in
+    # flight at a time, and each answer steps the index back one entry.
+    def may_append(self) -> bool:
+        if self.in_step:
+            return True
+        if self.awaiting and time.monotonic() < self.awaiting_until:
+            return False
+        self.awaiting, self.awaiting_until = True, time.monotonic() + _ANSWER_WAIT_S
+        return True
+
+    def answered(self, success: bool) -> None:
+        self.in_step, self.awaiting = success, False
+
+    def send(self, frame: bytes) -> bool:
+        """Queue ``frame`` (never blocks); False when it cannot be sent now."""
+        writer = self.writer
+        if writer is None or writer.transport.is_closing():
+            return False
+        if writer.transport.get_write_buffer_size() >= SEND_BUFFER_BYTES:
+            # The peer is not reading. Raft's retransmission covers what is dropped here;
+            # a peer that stays stuck is cut off, and the next connection starts afresh.
+            now = time.monotonic()
+            if self.full_since is None:
+                self.full_since = now
+            elif now - self.full_since > self.transport.timeout_s:
+                log.warning(
+                    "raft: %s has not read for %.0f s; reconnecting",
+                    self.name,
+                    now - self.full_since,
+                )
+                writer.transport.abort()
+            return False
+        self.full_since = None
+        writer.write(frame)
+        return True
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.writer is not None:
+            self.writer.transport.abort()
+        if self.task is not None:
+            self.task.cancel()

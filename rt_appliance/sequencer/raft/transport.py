@@ -1,0 +1,241 @@
+"""pysyncobj's transport over mutual TLS 1.3, run by the event loop that ticks raft.
+
+pysyncobj's own TCP transport is plaintext. Here every node dials every other node over
+TLS 1.3 with certificates required both ways (:mod:`.peer`); a peer is identified by the
+name in its verified certificate (never by what it says), and only the stream's nodes
+are accepted. Frames are a 4-byte length and a body, at most ``MAX_RAFT_FRAME`` bytes,
+decoded by :func:`.codec.restricted_loads`. No message leaves before the journal sync
+that covers everything written before it has completed (:mod:`.journal`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import pickle
+import ssl
+import struct
+import time
+from functools import partial
+from typing import Any
+
+from pysyncobj.node import Node
+from pysyncobj.transport import Transport
+
+from rt_appliance import trace
+from rt_appliance.errors import RTError, TransportError
+from rt_appliance.sequencer.raft.codec import restricted_loads
+from rt_appliance.sequencer.raft.journal import SyncedJournal
+from rt_appliance.sequencer.raft.link import Link
+from rt_appliance.sequencer.raft.peer import CONNECT_TIMEOUT_S, Peer
+from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.tls import client_context, peer_name, server_context
+
+__all__ = ["MAX_RAFT_FRAME", "TlsTransport"]
+
+log = logging.getLogger(__name__)
+
+MAX_RAFT_FRAME = 64 << 20
+_LENGTH = struct.Struct("<I")
+_HELD_MAX = 10_000  # messages waiting for a journal sync; beyond, they are dropped
+
+
+class TlsTransport(Transport):  # type: ignore[misc]
+    """pysyncobj transport over mutual TLS, run by the event loop that ticks raft.
+
+    Every pysyncobj callback (a message, a peer up or down) is made on that loop's
+    thread, between ticks, so raft's state is only ever touched by one thread.
+    """
+
+    def __init__(self, sync_obj: Any, self_node: Node, other_nodes: Any, *, link: Link) -> None:
+        super().__init__(sync_obj, self_node, other_nodes)
+        self.link = link
+        self.server_ctx = server_context(link.config.tls, link.name)
+        self.client_ctx = client_context(link.config.tls, link.name)
+        self.timeout_s = link.timeout_s
+        self._peers: dict[Node, Peer] = {}
+        self._server: asyncio.Server | None = None
+        self.listening = asyncio.Event()  # set once the raft port accepts connections
+        self._connections: set[asyncio.StreamWriter] = set()
+        self._closing = False
+        # messages waiting for a journal sync: (peer, frame, journal generation before it)
+        self._held: collections.deque[tuple[Peer, bytes, int]] = collections.deque()
+        self._syncing = False
+        for node in other_nodes:
+            self.addNode(node)
+
+    # pysyncobj's interface. The listener is started by :meth:`listen` on the loop.
+    def tryGetReady(self) -> None:
+        return None
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    def waitReady(self) -> None:
+        return None
+
+    def addNode(self, node: Node) -> None:
+        name = self.link.name_of(node)
+        self._peers[node] = Peer(self, node, name, (node.host, node.port))
+
+    def dropNode(self, node: Node) -> None:
+        peer = self._peers.pop(node, None)
+        if peer is not None:
+            peer.stop()
+
+    def send(self, node: Node, message: Any) -> bool:
+        peer = self._peers.get(node)
+        if peer is None or not peer.connected:
+            return False
+        if (
+            message.get("type") == "append_entries"
+            and "serialized" not in message  # snapshot chunks: each one is needed
+            and "transmission" not in message  # pieces of one large entry: likewise
+            and not peer.may_append()
+        ):
+            return True  # held back until the follower answers; raft resends from its answer
+        # Nothing leaves before the journal is on disk (the term and the vote are already:
+        # the journal saves them when pysyncobj sets them). It is synced in a worker
+        # thread, and messages wait for the sync that covers what was written before them.
+        body = pickle.dumps(message, protocol=4)
+        frame = _LENGTH.pack(len(body)) + body
+        journal = self.link.journal()
+        if self.link.failure is not None:
+            return False
+        if journal is None or (not journal.dirty and not self._held):
+            return peer.send(frame)
+        if len(self._held) >= _HELD_MAX:
+            return False  # syncs are stuck: raft's retransmission covers what is dropped
+        self._held.append((peer, frame, journal.written))
+        self._sync_soon(journal)
+        return True
+
+    def _sync_soon(self, journal: SyncedJournal) -> None:
+        """Start a sync of the journal in a worker thread, unless one is running."""
+        if self._syncing or self._closing or self.link.failure is not None:
+            return
+        self._syncing = True
+        generation, index, cuts, fd = journal.begin_sync()
+        future = asyncio.get_running_loop().run_in_executor(None, journal.fsync, fd)
+        future.add_done_callback(partial(self._synced, journal, generation, index, cuts))
+
+    def _synced(
+        self,
+        journal: SyncedJournal,
+        generation: int,
+        index: int,
+        cuts: int,
+        future: asyncio.Future[None],
+    ) -> None:
+        self._syncing = False
+        if self._closing:
+            return
+        exc = future.exception() if not future.cancelled() else RuntimeError("cancelled")
+        if exc is not None:
+            self.link.fail(exc)  # nothing held is sent: the node stops
+            return
+        journal.end_sync(generation, index, cuts)
+        trace.event("jsynced", self.link.name, journal.synced_index)
+        while self._held and self._held[0][2] <= journal.synced:
+            peer, frame, _ = self._held.popleft()
+            peer.send(frame)
+        if self._held:
+            self._sync_soon(journal)
+
+    def destroy(self) -> None:
+        self._closing = True
+        for peer in self._peers.values():
+            peer.stop()
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._connections):
+            writer.transport.abort()
+
+    # on the loop
+    def dial(self) -> None:
+        """Start keeping a connection to every peer."""
+        for peer in self._peers.values():
+            peer.start()
+
+    async def listen(self) -> None:
+        """Listen for the peers, retrying every second while the port is taken."""
+        host, port = self.link.listen
+        warned = 0.0
+        while self._server is None and not self._closing:
+            try:
+                self._server = await listen_before_tls(host, port, self._serve)
+            except TransportError as exc:
+                if time.monotonic() >= warned:
+                    log.warning("raft: %s (retrying)", exc)
+                    warned = time.monotonic() + 5.0
+                await asyncio.sleep(1.0)
+        log.info("raft: listening on %s:%d (mutual TLS)", host, port)
+        self.listening.set()
+
+    def node_up(self, node: Node) -> None:
+        self._onNodeConnected(node)
+        self.link.kick()
+
+    def node_down(self, node: Node) -> None:
+        if not self._closing:
+            self._onNodeDisconnected(node)
+            self.link.kick()
+
+    # incoming side
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        where = f"{peer[0]}:{peer[1]}"
+        self._connections.add(writer)
+        try:
+            set_keepalive(writer)
+            try:
+                await writer.start_tls(self.server_ctx, ssl_handshake_timeout=CONNECT_TIMEOUT_S)
+            except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+                self.link.refused("handshake", f"{where}: {exc}")
+                return
+            try:
+                name = peer_name(writer.get_extra_info("ssl_object"))
+            except RTError as exc:
+                self.link.refused("identity", f"{peer[0]}: {exc}")
+                return
+            node = self.link.node_named(name)
+            if node is None:
+                self.link.refused("identity", f"{peer[0]} presented {name!r}, not a peer node")
+                return
+            try:
+                await self._read_frames(reader, node, name)
+            except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
+                log.info("raft: connection from %s closed: %s", name, exc or "end of stream")
+        except asyncio.CancelledError:  # the node is stopping: end quietly
+            return
+        finally:
+            self._connections.discard(writer)
+            writer.transport.abort()
+
+    async def _read_frames(self, reader: asyncio.StreamReader, node: Node, name: str) -> None:
+        while not self._closing:
+            (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
+            if size > MAX_RAFT_FRAME:
+                self.link.refused("frame", f"{name}: frame of {size} bytes")
+                return
+            body = await reader.readexactly(size)
+            try:
+                message = restricted_loads(body)
+            except Exception as exc:  # any decoding failure: the frame is garbage
+                self.link.refused("frame", f"{name}: undecodable frame: {exc}")
+                return
+            if not isinstance(message, dict):
+                self.link.refused("frame", f"{name}: frame is not a raft message")
+                return
+            peer = self._peers.get(node)
+            if peer is not None and message.get("type") == "next_node_idx":
+                peer.answered(bool(message.get("success")))
+            try:
+                self._onMessageReceived(node, message)
+            except Exception as exc:  # well-formed pickle, but not a message raft can take
+                log.exception("raft: a message from %s could not be handled", name)
+                self.link.refused("frame", f"{name}: unhandled message: {exc!r}")
+                return
+            self.link.kick()

@@ -1,0 +1,78 @@
+"""What the sequencer changes inside pysyncobj, and the private names it relies on."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pysyncobj.journal
+import pysyncobj.pickle
+import pysyncobj.syncobj
+import pytest
+
+from rt_appliance.config import load_config
+from rt_appliance.errors import RTError
+from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.raft import RaftNode, patches
+from rt_appliance.sequencer.raft.journal import create_journal
+from rt_appliance.testing.cluster import write_local_config
+
+pytestmark = pytest.mark.unit
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("a global was called",))
+
+
+def test_install_replaces_the_decoders_and_the_journal_and_is_idempotent() -> None:
+    patches.install()
+    patches.install()
+    assert pysyncobj.syncobj.createJournal is create_journal
+    for loads in (pysyncobj.pickle.loads, pysyncobj.journal.loads):
+        assert loads(pickle.dumps({"a": [1, b"x"]})) == {"a": [1, b"x"]}
+    with pytest.raises(pickle.UnpicklingError, match="refused to load global"):
+        pysyncobj.journal.loads(pickle.dumps(_Evil()))
+
+
+def test_every_private_name_relied_on_exists_in_the_installed_pysyncobj(tmp_path: Path) -> None:
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+    node = RaftNode(config, "rt-1", tmp_path / "raft", machine)  # checks them all itself
+    try:
+        journal = node._link.journal()
+        assert journal is not None
+        owners = {
+            "SyncObj": node._obj,
+            "Transport": node._transport,
+            "FileJournal": journal,
+            "ResizableFile": journal._FileJournal__journalFile,
+        }
+        assert set(owners) == set(patches.PRIVATE_ATTRIBUTES)
+        for owner, obj in owners.items():
+            for name in patches.PRIVATE_ATTRIBUTES[owner]:
+                assert hasattr(obj, name), f"pysyncobj's {owner} no longer has {name}"
+    finally:
+        node.destroy()
+
+
+def test_a_missing_private_name_is_a_clear_error() -> None:
+    expected = r"lacks _SyncObj__raftCommitIndex,.*install pysyncobj 0\.3\.17"
+    with pytest.raises(RTError, match=expected):
+        patches.check("SyncObj", object())
+
+
+def test_term_and_vote_survive_a_restart_through_the_journal(tmp_path: Path) -> None:
+    path = str(tmp_path / "raft.journal")
+    journal = create_journal(path)
+    journal.setCurrentTerm(5, "127.0.0.2:7100")
+    reopened = create_journal(path)
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (5, "127.0.0.2:7100")
+    assert (tmp_path / "raft.vote").exists()  # synced by VoteStore, not pysyncobj's meta file
+
+
+def test_a_pysyncobj_older_than_supported_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(patches, "_installed", False)
+    monkeypatch.setattr(patches, "_version", lambda: "0.3.14")
+    with pytest.raises(RTError, match=r"pysyncobj 0\.3\.14 is too old: .* 0\.3\.17"):
+        patches.install()

@@ -57,8 +57,10 @@ _STOP = 0  # a frame of length 0 ends a TLS run: the echo answers with its CPU s
 # the push client wakes (inotify) and sends (tls); the push server syncs (thread, sync);
 # the sequencer wakes on in/ (inotify); a follower reports (tls); the leader plans
 # (thread), syncs its journal (thread, sync) and sends the entry (tls); the follower
-# syncs (thread, sync) and answers (tls); the merger writes and syncs (thread, sync);
-# the pull server wakes (inotify) and sends (tls); the subscriber wakes (inotify).
+# syncs (thread, sync) and answers (tls); the leader tells a follower the commit (tls:
+# a pull client prefers a follower by default); that follower's merger writes and syncs
+# (thread, sync); its pull server wakes (inotify) and sends (tls); the subscriber wakes
+# (inotify).
 PATH: dict[str, int] = {"tls": 6, "inotify": 4, "sync": 4, "thread": 5}
 
 

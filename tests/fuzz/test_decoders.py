@@ -141,9 +141,11 @@ class _Call:
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.binary(max_size=8) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=4), inner, max_size=4)
-    | st.lists(inner, max_size=3).map(tuple),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+    ),
     max_leaves=12,
 )
 

@@ -134,6 +134,9 @@ def _positions(fields: dict[str, Any]) -> dict[str, int]:
     }
 
 
+_RETRY_FIRST_S = 0.05  # a failed report is retried after this, doubling up to the interval
+
+
 class Reporter:
     """A follower's task: send this node's extents and holds to the leader, on change
     and periodically. ``report`` gives the REPORT frame's fields."""
@@ -160,6 +163,7 @@ class Reporter:
         interval = self.config.sequencer.report_interval_ms / 1000
         conn: Connection | None = None
         target: str | None = None
+        backoff = _RETRY_FIRST_S
         while True:
             leader = self.leader()
             if leader is None or leader == self.name:
@@ -185,8 +189,9 @@ class Reporter:
                     )
                     await conn.close()
                     conn = None
-                    await self._wait(interval)
+                    backoff = await self._back_off(backoff, interval)
                     continue
+                backoff = _RETRY_FIRST_S
             except (
                 RTError,
                 OSError,
@@ -198,9 +203,17 @@ class Reporter:
                 if conn is not None:
                     await conn.close()
                 conn = None
-                await self._wait(interval)
+                backoff = await self._back_off(backoff, interval)
                 continue
             await self._wait(interval)
+
+    async def _back_off(self, backoff: float, interval: float) -> float:
+        """After a failed report: wait ``backoff`` whatever changes meanwhile (input keeps
+        changing while the leader is away, and would otherwise retry at once, thousands
+        of times a second), then as usual; returns the next, doubled backoff."""
+        await asyncio.sleep(backoff)
+        await self._wait(max(0.0, interval - backoff))
+        return min(backoff * 2, max(interval, _RETRY_FIRST_S))
 
     async def _wait(self, interval: float) -> None:
         with contextlib.suppress(TimeoutError):

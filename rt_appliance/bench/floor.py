@@ -33,7 +33,7 @@ import os
 import struct
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,11 +242,9 @@ async def _ping(tls: TlsConfig, port: int, rate: int, seconds: float) -> tuple[l
     reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_context(tls, "b"))
     pad = b"x" * (FRAME_BYTES - _TS.size)
     rtts: list[float] = []
-    loop = asyncio.get_running_loop()
     count = max(1, int(rate * seconds))
-    start_cpu, start = time.process_time(), loop.time()
-    for i in range(count):
-        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))  # pacing
+    start_cpu = time.process_time()
+    async for _ in _ticks(rate, count):
         sent = time.perf_counter_ns()
         writer.write(_LEN.pack(FRAME_BYTES) + _TS.pack(sent) + pad)
         (length,) = _LEN.unpack(await reader.readexactly(_LEN.size))
@@ -287,9 +285,7 @@ def _write_paced(path: Path, rate: int, count: int) -> None:
     pad = b"x" * (FRAME_BYTES - _TS.size)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
     try:
-        start = time.monotonic()
-        for i in range(count):
-            time.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
+        for _ in _ticks_blocking(rate, count):
             os.write(fd, _TS.pack(time.perf_counter_ns()) + pad)
     finally:
         os.close(fd)
@@ -331,9 +327,7 @@ def _sync(work: Path, rate: int, seconds: float) -> StepFigures:
     lags: list[float] = []
     cpu = 0.0
     try:
-        start = time.monotonic()
-        for i in range(count):
-            time.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
+        for _ in _ticks_blocking(rate, count):
             os.write(fd, record)
             c0, t0 = time.process_time(), time.perf_counter()
             os.fdatasync(fd)
@@ -347,12 +341,10 @@ def _sync(work: Path, rate: int, seconds: float) -> StepFigures:
 
 async def _thread_handoff(rate: int, seconds: float) -> StepFigures:
     """A call handed to a worker thread and back; its CPU net of the pacing's own wake."""
-    loop = asyncio.get_running_loop()
     count = max(1, int(rate * seconds))
     lags: list[float] = []
-    start_cpu, start = time.process_time(), loop.time()
-    for i in range(count):
-        await asyncio.sleep(max(0.0, start + i / rate - loop.time()))  # pacing
+    start_cpu = time.process_time()
+    async for _ in _ticks(rate, count):
         t0 = time.perf_counter()
         await asyncio.to_thread(int)
         lags.append(time.perf_counter() - t0)
@@ -362,9 +354,26 @@ async def _thread_handoff(rate: int, seconds: float) -> StepFigures:
 
 async def _pacing_cpu(rate: int, seconds: float) -> float:
     """CPU seconds per wake of a loop paced at ``rate`` that does nothing else."""
-    loop = asyncio.get_running_loop()
     count = max(1, int(rate * seconds))
-    start_cpu, start = time.process_time(), loop.time()
+    start_cpu = time.process_time()
+    async for _ in _ticks(rate, count):
+        pass
+    return (time.process_time() - start_cpu) / count
+
+
+async def _ticks(rate: int, count: int) -> AsyncIterator[int]:
+    """``count`` ticks at ``rate`` per second on the event loop (on the tick, not after
+    the work of the last one)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
     for i in range(count):
         await asyncio.sleep(max(0.0, start + i / rate - loop.time()))  # pacing
-    return (time.process_time() - start_cpu) / count
+        yield i
+
+
+def _ticks_blocking(rate: int, count: int) -> Iterator[int]:
+    """:func:`_ticks` for a thread without an event loop."""
+    start = time.monotonic()
+    for i in range(count):
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))  # pacing
+        yield i

@@ -99,6 +99,11 @@ def _client_hello() -> bytes:
     return outgoing.read()
 
 
+def _frame_header(header: struct.Struct, length: int) -> bytes:
+    """A frame header of ``length``: raft's is the length alone, the others' add a type."""
+    return header.pack(length) if header.size == 4 else header.pack(length, 1)
+
+
 def _closed_by_server(sock: socket.socket | ssl.SSLSocket, within_s: float) -> bool:
     """Read until the daemon closes the connection (True) or ``within_s`` passes."""
     deadline = time.monotonic() + within_s
@@ -134,7 +139,7 @@ def _attacks(tls: _Tls, port: str) -> dict[str, Callable[[tuple[str, int]], bool
                 except (ssl.SSLError, OSError):
                     return True  # refused during the handshake
                 with sock:
-                    sock.sendall(header.pack(*([64] + [1] * (len(header.format) - 2))))
+                    sock.sendall(_frame_header(header, 64))
                     return _closed_by_server(sock, CLOSE_WITHIN_S)
 
         return run
@@ -162,13 +167,12 @@ def _attacks(tls: _Tls, port: str) -> dict[str, Callable[[tuple[str, int]], bool
                 time.sleep(0.5)
             return _closed_by_server(sock, CLOSE_WITHIN_S - (time.monotonic() - started))
 
-    fields = [0xFFFFFFFF] + [1] * (len(header.format) - 2)
     return {
         "random bytes": plain(random.Random(port).randbytes(4096)),
         "truncated handshake": plain(_client_hello()[:40]),
         "no certificate": handshake(tls.without_certificate()),
         "another CA": handshake(tls.other_ca()),
-        "oversized frame": after_handshake(header.pack(*fields)),
+        "oversized frame": after_handshake(_frame_header(header, 0xFFFFFFFF)),
         "garbage after handshake": after_handshake(random.Random(7).randbytes(3000)),
         "slow loris": slow_loris,
     }

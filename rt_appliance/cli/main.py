@@ -15,6 +15,7 @@ from rt_appliance import __version__
 from rt_appliance.cli.appliance_cmds import apply, config_group, validate
 from rt_appliance.cli.bench_cmd import bench
 from rt_appliance.cli.certs_cmds import certs
+from rt_appliance.cli.chaos_cmd import chaos
 from rt_appliance.cli.demo_cmd import demo
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
@@ -54,6 +55,7 @@ cli.add_command(subscribe)
 cli.add_command(log_group)
 cli.add_command(demo)
 cli.add_command(bench)
+cli.add_command(chaos)
 cli.add_command(push_server)
 cli.add_command(push_client)
 cli.add_command(replication)

@@ -10,9 +10,9 @@ skipped, and a file followed by a later one must end cleanly.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
+from rt_appliance.clock import wall_ns
 from rt_appliance.errors import CorruptLogError, InvalidPositionError, PositionPrunedError
 from rt_appliance.limits import OFFSET_BITS, ROLL_BITS
 from rt_appliance.log.format import RECORD_HEADER
@@ -115,7 +115,7 @@ class LogCursor:
             mtime = -1
         if mtime == self._listed_mtime and mtime < self._listed_at - _MTIME_SLACK_NS:
             return None
-        listed_at = time.time_ns()
+        listed_at = wall_ns()
         later = next_file(self.directory, self.file)
         if later is None:
             self._listed_mtime, self._listed_at = mtime, listed_at

@@ -17,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from rt_appliance.clock import wall_ns
 from rt_appliance.errors import LogError, LogLockedError
 from rt_appliance.limits import MAX_SESSION
 from rt_appliance.log.naming import file_name, parse_file_name
@@ -107,7 +107,7 @@ class ListingCache(Generic[T]):
         if trusted is not None and trusted[0] == key:
             return trusted[1]
         value = self._read(self.directory)
-        settled = time.time_ns() - st.st_mtime_ns > _RACY_NS
+        settled = wall_ns() - st.st_mtime_ns > _RACY_NS
         self._trusted = (key, value) if settled else None
         return value
 

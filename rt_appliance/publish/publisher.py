@@ -13,13 +13,13 @@ import logging
 import os
 import socket
 import threading
-import time
 from collections.abc import Sequence
 from enum import Enum, StrEnum
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from rt_appliance.clock import wall_ns
 from rt_appliance.errors import DedupIdError, LogError, UsageError
 from rt_appliance.limits import (
     DEFAULT_FSYNC_BATCH_MESSAGES,
@@ -135,7 +135,7 @@ class Publisher:
         if id is None and self._dedup:
             raise DedupIdError(f"topic {self.topic} is a .dedup topic: every message needs an id")
         record = encode_record(
-            payload, time.time_ns() if timestamp_ns is None else timestamp_ns, id or 0
+            payload, wall_ns() if timestamp_ns is None else timestamp_ns, id or 0
         )
         with self._lock:
             if self._is_closed:
@@ -181,7 +181,7 @@ class Publisher:
             raise UsageError(f"{len(payloads)} payloads but {len(ids)} ids")
         if self._dedup and ids is None:
             raise DedupIdError(f"topic {self.topic} is a .dedup topic: every message needs an id")
-        ts = time.time_ns() if timestamp_ns is None else timestamp_ns
+        ts = wall_ns() if timestamp_ns is None else timestamp_ns
         data, sizes = encode_batch(list(payloads), ts, None if ids is None else list(ids))
         with self._lock:
             self._check_open()

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from rt_appliance.clock import wall
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig, SubscriberHost
 from rt_appliance.errors import FrameError
 from rt_appliance.limits import FOLLOW_POLL_S
@@ -84,7 +84,7 @@ def sequencer_file(config: StreamConfig, node: NodeConfig) -> Path:
 def write_sequencer_file(path: Path, leader: str | None, has_quorum: bool) -> None:
     """The sequencer's heartbeat (atomically replaced)."""
     tmp = path.with_name(f".{path.name}.new")
-    tmp.write_text(json.dumps({"leader": leader, "has_quorum": has_quorum, "time": time.time()}))
+    tmp.write_text(json.dumps({"leader": leader, "has_quorum": has_quorum, "time": wall()}))
     tmp.replace(path)
 
 
@@ -109,7 +109,7 @@ def merged_log_stale(config: StreamConfig, node: NodeConfig) -> str | None:
     doc = _sequencer_state(config, node)
     if doc is None:
         return None
-    age = time.time() - float(doc.get("time", 0))
+    age = wall() - float(doc.get("time", 0))
     if age > SEQUENCER_STALE_S:
         return f"its sequencer has been silent for {age:.0f}s"
     if not doc.get("has_quorum"):

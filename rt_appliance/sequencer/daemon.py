@@ -37,6 +37,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rt_appliance import trace
+from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.errors import RTError
@@ -319,7 +320,7 @@ class Sequencer:
             files = archiver.merged_files(self.merged.directory)
             disk = archiver.disk_usage(self.data_dir)
             hold_roll = await asyncio.to_thread(self._hold_roll)
-            decision = archiver.decide(files, time.time_ns(), disk, policy, hold_roll)
+            decision = archiver.decide(files, wall_ns(), disk, policy, hold_roll)
             committed = self.machine.committed()
             if decision is None or decision[0] <= committed.pruned_below:
                 continue
@@ -329,7 +330,7 @@ class Sequencer:
             else:
                 log.info("archiver: proposing to prune merged rolls below %d (%s)", below, reason)
             done = asyncio.Event()
-            self.raft.propose(Prune(below, reason, time.time_ns()).encode(), _setter(done))
+            self.raft.propose(Prune(below, reason, wall_ns()).encode(), _setter(done))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), 10)
 

@@ -21,10 +21,10 @@ import json
 import logging
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rt_appliance.clock import wall_ns
 from rt_appliance.errors import UsageError
 from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
 from rt_appliance.position import Position
@@ -63,7 +63,7 @@ def hold_path(data_dir: Path, name: str) -> Path:
 def write_hold(path: Path, position: Position | int) -> None:
     """Record durably that everything before ``position`` is committed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"position": int(position), "updated_ns": time.time_ns()})
+    body = json.dumps({"position": int(position), "updated_ns": wall_ns()})
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(body + "\n")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from functools import partial
 
 from rt_appliance import trace
+from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.position import Position
 from rt_appliance.sequencer.inputs import Inputs
@@ -168,7 +169,7 @@ class Planner:
         if best is None:
             return None
         _, name, records = best
-        ts = time.time_ns()
+        ts = wall_ns()
         seq = spec.seq + 1
         record, count, watermark = build_record(
             name, int(records.start), ts, seq, records.data, spec.watermark_of(name), records

@@ -70,10 +70,19 @@ class Daemon:
     """One ``rt`` daemon process (``python -m rt_appliance.cli ...``), its output in a log file."""
 
     def __init__(
-        self, name: str, args: list[str], log_dir: Path, prefix: list[str] | None = None
+        self,
+        name: str,
+        args: list[str],
+        log_dir: Path,
+        prefix: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        program: list[str] | None = None,
     ) -> None:
         self.name, self.args = name, args
+        # what runs ``args``: an ``rt`` command unless told otherwise
+        self.program = program or [sys.executable, "-m", "rt_appliance.cli", "--log-level", "info"]
         self.prefix = prefix or []  # e.g. ["ip", "netns", "exec", "ns1"]
+        self.env = env  # added to this process's environment
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -81,18 +90,11 @@ class Daemon:
     def start(self) -> Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child process
         self.proc = subprocess.Popen(
-            [
-                *self.prefix,
-                sys.executable,
-                "-m",
-                "rt_appliance.cli",
-                "--log-level",
-                "info",
-                *self.args,
-            ],
+            [*self.prefix, *self.program, *self.args],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         log.close()
         return self

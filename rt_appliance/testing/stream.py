@@ -117,8 +117,10 @@ class LocalStream:
     ``publishers`` maps publisher host names to their topics (default
     ``{"pub-1": ["trades"]}``), ``subscribers`` lists subscriber host names
     (default ``["sub-1"]``), ``extra`` overrides configuration keys (nested
-    mappings are merged). The configuration and certificates are written by the
-    constructor; :meth:`start` starts the processes.
+    mappings are merged). ``prefixes`` maps a host name to a command prefix for its
+    daemons (``ip netns exec NS``: the host in its own network namespace) and
+    ``environments`` to variables they get. The configuration and certificates are
+    written by the constructor; :meth:`start` starts the processes.
     """
 
     def __init__(
@@ -129,8 +131,12 @@ class LocalStream:
         subscribers: list[str] | None = None,
         extra: Mapping[str, Any] | None = None,
         ports: Literal["free", "default"] = "free",
+        prefixes: Mapping[str, list[str]] | None = None,
+        environments: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         self.work = Path(work)
+        self.prefixes = dict(prefixes or {})  # host -> command prefix (a network namespace)
+        self.environments = dict(environments or {})  # host -> variables its daemons get
         self.log_dir = self.work / "logs"
         publishers = publishers if publishers is not None else {"pub-1": ["trades"]}
         subscribers = subscribers if subscribers is not None else ["sub-1"]
@@ -151,7 +157,10 @@ class LocalStream:
         if key not in self.daemons:
             option = "--node" if role in NODE_ROLES else "--host"
             args = [role, "--config", str(self.config_path), option, host]
-            self.daemons[key] = Daemon(key, args, self.log_dir)
+            env = self.environments.get(host)
+            self.daemons[key] = Daemon(
+                key, args, self.log_dir, self.prefixes.get(host), dict(env) if env else None
+            )
         return self.daemons[key]
 
     def start(self) -> LocalStream:

@@ -1,0 +1,115 @@
+"""A node's data directory on its own small ext4 filesystem, in an image file mounted
+through a loop device (root): it can be filled up, and it can lose power.
+
+**Power loss.** A loop device hands every block the filesystem writes to the image
+file at once, so the image always holds exactly what has reached the "disk": what
+was synced, plus whatever the kernel happened to write back, and never what is
+still only in the filesystem's page cache. :meth:`LoopDisk.snapshot` copies the
+image while the node's processes are frozen; :meth:`LoopDisk.restore` unmounts
+(the page cache goes with the old image) and mounts the copy, so ext4 replays its
+journal as after a real power cut. Unsynced data is lost the way a power cut loses
+it: files created but never synced vanish, appends not synced are cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+__all__ = ["LoopDisk"]
+
+BALLAST = ".chaos-ballast"
+
+
+def _run(*command: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise OSError(f"{' '.join(command)} failed: {(done.stderr or done.stdout).strip()}")
+
+
+class LoopDisk:
+    """``mountpoint`` backed by ``image`` (a sparse file of ``size_bytes``)."""
+
+    def __init__(self, image: Path, mountpoint: Path, size_bytes: int) -> None:
+        self.image, self.mountpoint = image, mountpoint
+        image.parent.mkdir(parents=True, exist_ok=True)
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(size_bytes)
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))  # no blocks reserved for root
+        self.mounted = False
+        self.mount()
+
+    def mount(self) -> None:
+        _run("mount", "-o", "loop", str(self.image), str(self.mountpoint))
+        self.mounted = True
+
+    def unmount(self, attempts: int = 50) -> None:
+        """Unmount, retrying while a process that just exited still holds it."""
+        for attempt in range(attempts):
+            if not self.mounted:
+                return
+            try:
+                _run("umount", str(self.mountpoint))
+                self.mounted = False
+            except OSError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(0.1)
+
+    # -- a full disk -------------------------------------------------------------------
+
+    def fill(self) -> int:
+        """Take every free byte with a ballast file; returns how many."""
+        path = self.mountpoint / BALLAST
+        taken = 0
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            chunk = 64 << 20
+            while chunk >= 4096:
+                try:
+                    os.posix_fallocate(fd, taken, chunk)
+                    taken += chunk
+                except OSError:
+                    chunk //= 2
+        finally:
+            os.close(fd)
+        return taken
+
+    def drain(self) -> None:
+        """Give the ballast's room back."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.mountpoint / BALLAST).unlink()
+
+    # -- power loss --------------------------------------------------------------------
+
+    @property
+    def _crash_image(self) -> Path:
+        return self.image.with_name(self.image.name + ".at-power-loss")
+
+    def snapshot(self) -> None:
+        """Copy what has reached the disk (call with every writer frozen)."""
+        _run("cp", "--sparse=always", str(self.image), str(self._crash_image))
+
+    def restore(self) -> None:
+        """Unmount (every writer must have exited) and mount the snapshot instead."""
+        self.unmount()
+        os.replace(self._crash_image, self.image)
+        self.mount()
+
+    def close(self) -> None:
+        """Unmount and keep the image for a post-mortem."""
+        with contextlib.suppress(OSError):
+            self.unmount()
+        with contextlib.suppress(FileNotFoundError):
+            self._crash_image.unlink()
+
+    def remove(self) -> None:
+        self.close()
+        if not self.mounted:
+            self.image.unlink(missing_ok=True)
+            shutil.rmtree(self.mountpoint, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""The stream of a chaos run and everything around it, on this machine.
+
+* every daemon of a :class:`~rt_appliance.testing.stream.LocalStream` (push server,
+  sequencer and pull server per node; a push client per publisher host, a pull
+  client per subscriber host);
+* the applications of :mod:`rt_appliance.chaos.apps`: one publisher per publisher
+  host (two on plain topics, a redundant pair on ``quotes.dedup``) and one
+  subscriber application per subscriber host;
+* as root: each node in its own network namespace (:class:`Network`), for
+  partitions, and each node's data directory on its own loop-mounted ext4
+  (:class:`~rt_appliance.chaos.disks.LoopDisk`), for full disks and power loss;
+* a clock skew file per node (:mod:`rt_appliance.clock`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from rt_appliance.chaos.disks import LoopDisk
+from rt_appliance.chaos.schedule import FaultKind, Load
+from rt_appliance.clock import SKEW_ENV
+from rt_appliance.testing.cluster import Daemon
+from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
+from rt_appliance.testing.stream import LocalStream
+
+__all__ = ["ROOT_FAULTS", "Network", "World", "available_faults"]
+
+ROOT_FAULTS = {
+    FaultKind.PARTITION: "network namespaces",
+    FaultKind.DISK_FULL: "a loop-mounted filesystem",
+    FaultKind.POWER_LOSS: "a loop-mounted filesystem",
+}
+DISK_BYTES = 2 << 30  # each node's filesystem (a sparse image)
+NETNS_TAG = 30  # namespaces get tags NETNS_TAG + 1 ...
+
+
+def available_faults(wanted: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+    """(faults this machine can inject, {fault: why not} for the others)."""
+    ok, missing = [], {}
+    root = os.geteuid() == 0
+    for fault in wanted:
+        need = ROOT_FAULTS.get(FaultKind(fault))
+        if need and not root:
+            missing[fault] = f"needs root for {need}"
+        elif need == "network namespaces" and shutil.which("ip") is None:
+            missing[fault] = "needs iproute2 (ip)"
+        elif need and need.startswith("a loop") and shutil.which("mkfs.ext4") is None:
+            missing[fault] = "needs mkfs.ext4 (e2fsprogs)"
+        else:
+            ok.append(fault)
+    return ok, missing
+
+
+def _ns_ip(host: NetnsHost, *args: str) -> None:
+    subprocess.run([*host.prefix, "ip", *args], check=True, capture_output=True, text=True)
+
+
+class Network:
+    """One network namespace per node, joined through this one; partitions between
+    nodes are blackhole routes inside the namespaces, a node cut off from everything
+    has its link down."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.forwarding = enable_forwarding()
+        self.hosts: dict[str, NetnsHost] = {}
+        self._blocked: set[tuple[str, str]] = set()
+        self._cut: set[str] = set()
+        try:
+            for i, name in enumerate(names, start=1):
+                self.hosts[name] = NetnsHost(NETNS_TAG + i)
+                self.hosts[name].route_via_host()
+        except BaseException:
+            self.close()
+            raise
+
+    def address(self, name: str) -> str:
+        return self.hosts[name].address
+
+    def block(self, src: str, dst: str) -> None:
+        """Drop what ``src`` sends to ``dst`` (one way)."""
+        if (src, dst) not in self._blocked:
+            _ns_ip(self.hosts[src], "route", "add", "blackhole", f"{self.address(dst)}/32")
+            self._blocked.add((src, dst))
+
+    def split(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
+        """No traffic between any node of ``side_a`` and any of ``side_b``."""
+        side_b = list(side_b)
+        for a in side_a:
+            for b in side_b:
+                self.block(a, b)
+                self.block(b, a)
+
+    def cut(self, name: str) -> None:
+        """Unplug node ``name`` from everything (its clients too)."""
+        self.hosts[name].cut()
+        self._cut.add(name)
+
+    def heal(self) -> None:
+        for src, dst in sorted(self._blocked):
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _ns_ip(self.hosts[src], "route", "del", "blackhole", f"{self.address(dst)}/32")
+        self._blocked.clear()
+        for name in sorted(self._cut):
+            self.hosts[name].heal()
+        self._cut.clear()
+
+    def close(self) -> None:
+        for host in self.hosts.values():
+            host.close()
+        restore_forwarding(self.forwarding)
+
+
+class World:
+    """Everything a chaos run acts on. ``faults``: the faults of the run (decides
+    whether namespaces and loop disks are made)."""
+
+    def __init__(
+        self, work: Path, nodes: int, faults: Iterable[str], rate: float, load: Load
+    ) -> None:
+        self.work, self.load, self.rate = work, load, rate
+        faults = set(faults)
+        names = [f"rt-{i}" for i in range(1, nodes + 1)]
+        self.journals = work / "journals"
+        self.journals.mkdir(parents=True, exist_ok=True)
+        self.network: Network | None = None
+        self.disks: dict[str, LoopDisk] = {}
+        self.clock_files = {n: work / "clock" / n for n in names}
+        self.apps: dict[str, Daemon] = {}
+        self.epoch = time.time()
+        self._stack = contextlib.ExitStack()
+        try:
+            for path in self.clock_files.values():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text("0\n")
+            extra: dict[str, object] = {
+                "sequencer": {"merged_roll_bytes": "4MiB", "max_range_bytes": "256KiB"},
+                "replication": {"reconnect_initial_ms": 50, "reconnect_max_ms": 1000},
+            }
+            if FaultKind.PARTITION in faults:
+                self.network = Network(names)
+                self._stack.callback(self.network.close)
+                extra["nodes"] = [{"name": n, "host": self.network.address(n)} for n in names]
+            if faults & {FaultKind.DISK_FULL, FaultKind.POWER_LOSS}:
+                for n in names:
+                    disk = LoopDisk(work / "disks" / f"{n}.img", work / "data" / n, DISK_BYTES)
+                    self.disks[n] = disk
+                    self._stack.callback(disk.close)
+            publishers = {h: [f"t{i}"] for i, h in enumerate(load.publishers, start=1)}
+            publishers.update({h: ["quotes.dedup"] for h in load.dedup_pair})
+            prefixes = {n: self.network.hosts[n].prefix for n in names} if self.network else {}
+            self.stream = LocalStream(
+                work,
+                nodes,
+                publishers,
+                list(load.subscribers),
+                extra,
+                prefixes=prefixes,
+                environments={n: {SKEW_ENV: str(p)} for n, p in self.clock_files.items()},
+            )
+            self._stack.callback(self.stream.stop)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    # -- the applications ----------------------------------------------------------------
+
+    def topic_of(self, host: str) -> str:
+        return self.stream.config.publisher(host).topics[0]
+
+    def journal(self, host: str) -> Path:
+        return self.journals / f"{host}.journal"
+
+    def app(self, host: str) -> Daemon:
+        """The publisher or subscriber application of ``host``."""
+        if host not in self.apps:
+            if host in self.load.subscribers:
+                args = ["subscribe", "--dir", str(self.stream.subscriber_dir(host))]
+            else:
+                args = [
+                    "publish",
+                    "--root",
+                    str(self.stream.publisher_root(host)),
+                    "--topic",
+                    self.topic_of(host),
+                    "--host",
+                    host,
+                    "--rate",
+                    str(self.rate),
+                    "--epoch",
+                    str(self.epoch),
+                ]
+            args += ["--journal", str(self.journal(host))]
+            program = [sys.executable, "-m", "rt_appliance.chaos.apps"]
+            self.apps[host] = Daemon(f"app-{host}", args, self.stream.log_dir, program=program)
+        return self.apps[host]
+
+    def start(self) -> None:
+        self.stream.start()
+        self.epoch = time.time()
+        for host in (*self.load.subscribers, *self.load.publisher_hosts):
+            self.app(host).start()
+
+    def stop_publishers(self) -> None:
+        for host in self.load.publisher_hosts:
+            self.app(host).stop()
+
+    def close(self) -> None:
+        for app in self.apps.values():
+            app.stop()
+        self._stack.close()

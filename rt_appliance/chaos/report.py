@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -117,7 +118,7 @@ def plot_timeline(result: ChaosResult, path: Path) -> None:
     t = [s.t for s in samples]
     rate = [0.0] + [
         max(0.0, (b.merged_bytes - a.merged_bytes) / max(1e-3, b.t - a.t)) / 1024
-        for a, b in zip(samples, samples[1:], strict=False)
+        for a, b in itertools.pairwise(samples)
     ]
     top.plot(t, rate, color="black", linewidth=0.8)
     top.set_ylabel("merged KiB/s")

@@ -169,3 +169,47 @@ def judge_copies(verdict: Verdict, reference: str, logs: Mapping[str, Sequence[D
         else:
             what = f"message #{at + 1} is {got[at]!r}, {want[at]!r} in {reference}"
         verdict["divergent"].add(1, [f"{name}: {what}"])
+
+
+def is_prefix(short: Mapping[str, bytes], long: Mapping[str, bytes]) -> bool:
+    """Whether the stream files ``short`` ({name: bytes}) are the start of ``long``: the
+    same files with the same bytes, except that the last of them may be cut short and
+    later files may be missing. A log that is behind, not one that differs."""
+    if not set(short) <= set(long):
+        return False
+    names = sorted(long, key=_file_order)
+    held = [n for n in names if n in short]
+    if held != names[: len(held)]:
+        return False
+    for i, name in enumerate(held):
+        a, b = short[name], long[name]
+        if a == b:
+            continue
+        if i != len(held) - 1 or not b.startswith(a):
+            return False
+    return True
+
+
+def _file_order(name: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in name.split(".")[1:] if p.isdigit())
+
+
+def judge_logs(verdict: Verdict, logs: Mapping[str, Mapping[str, bytes]]) -> list[str]:
+    """Compare every merged log and copy with the longest one: ``divergent`` for each that
+    differs in content; returns the names of those that are only behind (a prefix)."""
+    if not logs:
+        return []
+    sizes = {name: sum(len(b) for b in files.values()) for name, files in logs.items()}
+    longest = max(sizes, key=lambda name: sizes[name])
+    behind = []
+    for name, files in logs.items():
+        if files == logs[longest]:
+            continue
+        if is_prefix(files, logs[longest]):
+            behind.append(name)
+        else:
+            ref = logs[longest]
+            order = sorted(ref, key=_file_order)
+            first = next((f for f in order if files.get(f) != ref[f]), "a file only it has")
+            verdict["divergent"].add(1, [f"{name}: differs from {longest} in {first}"])
+    return behind

@@ -21,6 +21,7 @@ class Sample:
     t: float  # seconds since the run started
     leader: str | None
     commit_index: dict[str, int]  # reachable nodes only
+    merged_seq: dict[str, int]  # merge instructions each reachable node has written
     merged_bytes: int  # the most any node has merged (sum of its files' sizes)
 
 
@@ -62,6 +63,7 @@ class Monitor:
                     round(began - self.t0, 2),
                     leader_of(answers) if answers else None,
                     {n.name: n.commit_index for n in nodes},
+                    {n.name: n.merged_seq for n in nodes},
                     merged,
                 )
             )

@@ -35,6 +35,7 @@ def as_dict(result: ChaosResult) -> dict[str, Any]:
         "settled_s": result.settled_s,
         "stuck": result.stuck,
         "elapsed_s": result.elapsed_s,
+        "samples": [asdict(s) for s in result.samples],
         "injected": [
             {
                 **asdict(r.fault),

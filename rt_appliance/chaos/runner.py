@@ -10,7 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rt_appliance.chaos.checker import Verdict, count_unacked, judge_copies, judge_reader
+from rt_appliance.chaos.checker import (
+    Verdict,
+    count_unacked,
+    judge_copies,
+    judge_logs,
+    judge_reader,
+)
 from rt_appliance.chaos.history import (
     Delivery,
     PublisherHistory,
@@ -24,7 +30,7 @@ from rt_appliance.chaos.schedule import Fault, Load, draw_schedule
 from rt_appliance.chaos.world import World, available_faults
 from rt_appliance.log.segments import list_files
 from rt_appliance.subscribe import Subscriber
-from rt_appliance.testing.checkers import compare_logs
+from rt_appliance.testing.checkers import log_files
 
 __all__ = ["ChaosOptions", "ChaosResult", "run_chaos"]
 
@@ -173,11 +179,13 @@ def _judge(world: World, result: ChaosResult) -> None:
     ]
     merged = stream.merged_dirs()
     copies = {s: stream.subscriber_dir(s) for s in world.load.subscribers}
-    comparison = compare_logs({**merged, **copies})
-    if not comparison.identical:
-        verdict["divergent"].add(len(comparison.differences), comparison.differences)
+    contents = {name: _files(d) for name, d in {**merged, **copies}.items()}
+    behind = judge_logs(verdict, contents)
+    if behind and not result.stuck:
+        verdict["stuck"].add(1, [f"behind the others: {', '.join(behind)}"])
+    identical = len({tuple(sorted(c.items())) for c in contents.values()}) == 1
     readers: dict[str, list[Delivery]] = {}
-    nodes = list(merged) if not comparison.identical else list(merged)[:1]
+    nodes = list(merged) if not identical else list(merged)[:1]
     for name in nodes:
         readers[name] = _read(merged[name], verdict, name)
     for sub in world.load.subscribers:
@@ -188,6 +196,10 @@ def _judge(world: World, result: ChaosResult) -> None:
     apps = {name: got for name, got in readers.items() if name.startswith("app-")}
     judge_copies(verdict, reference, {reference: readers[reference], **apps})
     count_unacked(verdict, readers[reference], histories)
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return log_files(directory) if directory.is_dir() else {}
 
 
 def _read(directory: Path, verdict: Verdict, name: str) -> list[Delivery]:

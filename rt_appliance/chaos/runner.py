@@ -75,8 +75,8 @@ def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
     load = Load()
     schedule = draw_schedule(options.seed, options.seconds, options.nodes, faults, ELECTION_S)
     result = ChaosResult(options, schedule, unavailable)
-    for fault, why in unavailable.items():
-        progress(f"fault {fault} not available here: {why}")
+    for name, why in unavailable.items():
+        progress(f"fault {name} not available here: {why}")
     started = time.monotonic()
     world = World(options.workdir, options.nodes, faults, options.rate, load)
     stop = threading.Event()

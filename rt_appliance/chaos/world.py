@@ -140,7 +140,11 @@ class World:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("0\n")
             extra: dict[str, object] = {
-                "sequencer": {"merged_roll_bytes": "4MiB", "max_range_bytes": "256KiB"},
+                "sequencer": {
+                    "merged_roll_bytes": "4MiB",
+                    "max_range_bytes": "256KiB",
+                    "scrub_interval_ms": 1000,  # damage is found within seconds
+                },
                 "replication": {"reconnect_initial_ms": 50, "reconnect_max_ms": 1000},
             }
             if FaultKind.PARTITION in faults:

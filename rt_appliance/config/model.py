@@ -223,6 +223,7 @@ class SequencerConfig(_Model):
     max_inflight: Annotated[int, Field(ge=1, le=1024)] = 32  # proposed, not yet applied
     report_interval_ms: Annotated[int, Field(ge=1, le=10_000)] = 1000  # idle: a report this often
     fetch_after_ms: Annotated[int, Field(ge=0, le=60_000)] = 300  # wait for push before repair
+    scrub_interval_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 10_000  # a merged file; 0: off
     raft_min_timeout_ms: Annotated[int, Field(ge=50)] = 400  # election timeout, lower bound
     raft_max_timeout_ms: Annotated[int, Field(ge=100)] = 1000  # election timeout, upper bound
     append_entries_period_ms: Annotated[int, Field(ge=5)] = 50  # leader heartbeat

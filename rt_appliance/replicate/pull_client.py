@@ -47,7 +47,7 @@ from rt_appliance.replicate.session import (
     connect,
     finish_in_thread,
 )
-from rt_appliance.replicate.sink import ReplicaDir
+from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.replicate.topology import (
     Endpoint,
     candidate_order,
@@ -96,6 +96,14 @@ class PullClient:
         self._fsync = config.replication.fsync != "never"
         self.directory = replica_dir(config, self.host)
         self.replica = ReplicaDir(self.directory, fsync=self._fsync)
+        if self.replica.repaired is not None:
+            log.error(
+                "%s: the copy was damaged (%s): kept a copy in %s and cut it there; "
+                "pulling the rest again",
+                self.directory,
+                self.replica.repaired,
+                DAMAGED_DIR,
+            )
         if self.replica.recovery is not None:
             log.warning("%s: recovered the copy: %s", self.directory, self.replica.recovery)
         self._order = candidate_order(endpoints(config), self.host.name, None, self.host.prefer)

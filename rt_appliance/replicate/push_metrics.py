@@ -55,6 +55,12 @@ class PushMetrics:
             ["dir", "reason"],
             registry=self.registry,
         )
+        self.repaired = Counter(
+            f"{prefix}_repaired_replicas",
+            "Replicas found damaged (a bad record followed by valid ones) when opened: kept "
+            "under .damaged/, cut before the damage and sent again (push server only)",
+            registry=self.registry,
+        )
         self.stuck = Gauge(
             f"{prefix}_stuck",
             "1 while a node keeps refusing the same bytes (the same reason at the same place, "

@@ -24,7 +24,7 @@ from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept
-from rt_appliance.replicate.sink import ReplicaDir
+from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import server_context
 
@@ -84,6 +84,15 @@ class PushServer:
 
     def _open_replica(self, name: str) -> ReplicaDir:
         replica = ReplicaDir(self.in_dir / name, fsync=self.config.replication.fsync != "never")
+        if replica.repaired is not None:
+            self.metrics.repaired.inc()
+            log.error(
+                "replica %s was damaged (%s): kept a copy in %s and cut it there; "
+                "the publisher's push client sends the rest again",
+                name,
+                replica.repaired,
+                DAMAGED_DIR,
+            )
         if replica.recovery is not None:
             log.warning(
                 "replica %s: cut a torn tail of %d bytes", name, replica.recovery.lost_bytes

@@ -19,13 +19,20 @@ A chunk that starts at the end instead (the sender reconnected and starts the
 record again) first cuts the unfinished piece off.
 
 On open, the last file's torn tail is cut (a crash mid-write) and the end of the
-valid data is where the sender must resume. A copy whose last file is corrupt
-(a bad record followed by valid ones) refuses to open: appending would hide it.
+valid data is where the sender must resume. A copy whose last file is corrupt (a
+bad record followed by valid ones: a flipped bit, a zeroed block) is repaired the
+same way, because it is a copy and its sender still has the original: the damaged
+file is first kept whole under ``.damaged/`` for a post-mortem, then cut before
+the first bad record, and the sender resends from there
+(:attr:`ReplicaDir.repaired` says what was cut). Appending after the damage
+instead would hide it, and refusing to open would stop the copy for good.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +43,13 @@ from rt_appliance.limits import MAX_BATCH_MESSAGES, MAX_FILE_BYTES, MAX_PAYLOAD_
 from rt_appliance.log.format import KIND_MESSAGE, RECORD_HEADER, decode_file_header
 from rt_appliance.log.recovery import recover_last_file, verify_file
 from rt_appliance.log.scan import Stop, check_record, scan
-from rt_appliance.log.segments import DirectoryLock, list_files
+from rt_appliance.log.segments import DirectoryLock, fsync_dir, list_files
 from rt_appliance.log.writer import create_stream_file, write_all
 from rt_appliance.position import Position
 
-__all__ = ["ReplicaDir"]
+__all__ = ["DAMAGED_DIR", "ReplicaDir"]
+
+DAMAGED_DIR = ".damaged"  # copies of damaged files cut on open, kept for a post-mortem
 
 
 class ReplicaDir:
@@ -53,8 +62,14 @@ class ReplicaDir:
         self._lock = DirectoryLock(directory)
         self._fd = -1
         self._partial: _Partial | None = None  # a record arriving in pieces
+        self.repaired: CorruptLogError | None = None  # damage cut from the last file on open
         try:
-            self.recovery = recover_last_file(directory)
+            try:
+                self.recovery = recover_last_file(directory)
+            except CorruptLogError as exc:
+                self.repaired = exc
+                _cut_damage(directory, exc)
+                self.recovery = recover_last_file(directory)
             files = list_files(directory)
             if files:
                 last = files[-1]
@@ -275,3 +290,19 @@ def _start_partial(data: bytes, at: int, position: Position, replica: ReplicaDir
         )
     piece = memoryview(data)[at:]  # not copied: it may be most of a frame
     return _Partial(size, len(piece), zlib.crc32(piece[4:]), crc)
+
+
+def _cut_damage(directory: Path, error: CorruptLogError) -> None:
+    """Keep the damaged last file under ``.damaged/`` and cut it before the damage."""
+    last = list_files(directory)[-1].path
+    keep = directory / DAMAGED_DIR
+    keep.mkdir(exist_ok=True)
+    target = keep / f"{last.name}.{time.time_ns()}"
+    shutil.copyfile(last, target)
+    with open(target, "rb+") as f:
+        os.fsync(f.fileno())
+    fsync_dir(keep)
+    cut = min(error.offset, last.stat().st_size)
+    with open(last, "rb+") as f:
+        f.truncate(cut)
+        os.fsync(f.fileno())

@@ -108,6 +108,20 @@ class _Metrics:
         self.copied = _Total(
             Counter("rt_sequencer_copied_records", "Merged records copied from peers", registry=r)
         )
+        self.scrub_damaged = _Total(
+            Counter(
+                "rt_sequencer_scrub_damaged",
+                "Damage the scrubber found in this node's merged log",
+                registry=r,
+            )
+        )
+        self.scrub_repaired = _Total(
+            Counter(
+                "rt_sequencer_scrub_repaired",
+                "Damage in this node's merged log repaired from a peer's bytes",
+                registry=r,
+            )
+        )
         self.refused = Counter(
             "rt_sequencer_refused",
             "Raft/control connections or frames refused",
@@ -356,6 +370,8 @@ class Sequencer:
             m.halted.set(1 if self.merger.halted else 0)
             m.fetched.follow(self.merger.fetched_inputs)
             m.copied.follow(self.merger.copied_records)
+            m.scrub_damaged.follow(self.merger.scrubber.damaged)
+            m.scrub_repaired.follow(self.merger.scrubber.repaired)
             m.pruned.follow(self.merger.pruned_files)
             if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
                 await asyncio.to_thread(self._inputs)
@@ -461,6 +477,11 @@ class Sequencer:
             "mismatches": self.merger.mismatches,
             "fetched_inputs": self.merger.fetched_inputs,
             "copied_records": self.merger.copied_records,
+            "scrub": {
+                "checked_files": self.merger.scrubber.checked_files,
+                "damaged": self.merger.scrubber.damaged,
+                "repaired": self.merger.scrubber.repaired,
+            },
             "halted": self.merger.halted or None,
             "inputs": inputs,
             "disk": {

@@ -31,9 +31,10 @@ from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import scan
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
-from rt_appliance.sequencer.inputs import Inputs, Records, filter_records
+from rt_appliance.sequencer.inputs import InputDir, Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog, merged_record_size, parse_merged_records
+from rt_appliance.sequencer.scrub import Scrubber
 from rt_appliance.sequencer.state import (
     ZERO_DIGEST,
     Merge,
@@ -105,6 +106,15 @@ class Merger:
         self.failure: BaseException | None = None  # what stopped the thread, if anything did
         self.fetched_inputs = 0
         self.copied_records = 0
+        # input -> its newest file (key, size) when waiting for the push server last ran
+        # out: while it is unchanged the push server is stalled and nobody waits again
+        self._stalled: dict[str, tuple[tuple[int, int], int] | None] = {}
+        self.scrubber = Scrubber(
+            merged,
+            lambda peer, at, most: fetcher.fetch(peer, "merged", at, most),
+            self._peers(),
+            config.sequencer.scrub_interval_ms / 1000,
+        )
         self.mismatches = 0
         self.pruned_files = 0
         self._stop = threading.Event()
@@ -144,6 +154,8 @@ class Merger:
 
     def _merge_until_stopped(self) -> None:
         while not self._stop.is_set():
+            if self.scrubber.due():
+                self._scrub()
             with self.machine.cond:
                 if not self.machine.pending and self.machine.state.seq <= self.merged.seq:
                     self.machine.cond.wait(0.5)
@@ -211,6 +223,14 @@ class Merger:
         if self.config.archiver.prune_inputs:
             self._prune_input(ins)
 
+    def _scrub(self) -> None:
+        """One step of the scrubber, between two instructions (nothing is appended meanwhile)."""
+        try:
+            with self._write_lock:
+                self.scrubber.step()
+        except Exception:  # the scrubber must never stop merging
+            log.exception("scrub: unexpected error")
+
     # -- building a record ---------------------------------------------------------
 
     def _build(self, ins: Merge, watermark_before: int | None, source: bytes | None) -> bytes:
@@ -247,11 +267,18 @@ class Merger:
         """The input bytes from this node's ``in/``; waits ``fetch_after_ms`` for them only
         while they may still arrive (the file is the newest one, or not there yet)."""
         source = self.inputs.get(ins.dir)
-        deadline = time.monotonic() + self.config.sequencer.fetch_after_ms / 1000
+        wait_s = self.config.sequencer.fetch_after_ms / 1000
+        if self._stalled.get(ins.dir) == _newest_mark(source):
+            wait_s = 0.0  # nothing came since the last wait ran out: do not wait again
+        deadline = time.monotonic() + wait_s
         while True:
             data = source.read_exact(Position(ins.start), Position(ins.end))
-            if data is not None or time.monotonic() >= deadline or self._stop.is_set():
+            if data is not None:
+                self._stalled.pop(ins.dir, None)
                 return data
+            if time.monotonic() >= deadline or self._stop.is_set():
+                self._stalled[ins.dir] = _newest_mark(source)
+                return None
             if self._input_gone(ins):
                 return None
             time.sleep(0.002)
@@ -438,3 +465,14 @@ def _last_recorded_prune(history: Path) -> int:
         except (ValueError, KeyError, TypeError):
             continue  # a torn last line from a crash
     return below
+
+
+def _newest_mark(source: InputDir) -> tuple[tuple[int, int], int] | None:
+    """(key, size) of the newest file of an input: changes whenever the push server writes."""
+    files = source.files()
+    if not files:
+        return None
+    try:
+        return files[-1].key, files[-1].path.stat().st_size
+    except FileNotFoundError:
+        return None

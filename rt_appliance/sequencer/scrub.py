@@ -1,0 +1,162 @@
+"""The scrubber: finds damage in this node's merged log while it runs, and repairs it
+from a peer's identical bytes.
+
+Every merged record carries a CRC-32, and every node's merged log is byte-identical,
+so a damaged stretch (a flipped bit, a zeroed block, a file cut short: bit rot, a bad
+block, a stray write) can be found by walking the file and rewritten from any peer.
+The merger's thread runs one :meth:`Scrubber.step` at most every
+``sequencer.scrub_interval_ms``: it checks the next merged file in turn (the newest
+one up to what the merger has written) and, if the walk stops before the file's end,
+fetches the bytes from the damage on from a peer (``FETCH merged``), writes them in
+place, syncs, and checks the file again. A repair that does not check out is tried
+with the next peer; if none works the file is reported again at the next pass. The
+merger does not append while a step runs (same thread), and pull servers and
+subscribers refuse bytes whose CRC fails, so damage never travels.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rt_appliance.errors import RTError
+from rt_appliance.log.recovery import verify_file
+from rt_appliance.log.segments import StreamFile
+from rt_appliance.position import Position
+from rt_appliance.replicate.fetch import Fetched
+from rt_appliance.sequencer.merged import MergedLog
+
+__all__ = ["Damage", "Scrubber"]
+
+log = logging.getLogger(__name__)
+
+FETCH_BYTES = 4 << 20  # per FETCH while repairing
+Fetch = Callable[[str, Position, int], Fetched]  # (peer, position, max bytes) -> answer
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    file: StreamFile
+    offset: int  # the first byte that does not check out
+    expected: int | None  # the file's size if known here (the newest file), else None
+    reason: str
+
+
+class Scrubber:
+    def __init__(
+        self, merged: MergedLog, fetch: Fetch, peers: Sequence[str], interval_s: float
+    ) -> None:
+        self.merged, self.fetch, self.peers = merged, fetch, list(peers)
+        self.interval_s = interval_s
+        self._next_at = time.monotonic() + interval_s
+        self._after: tuple[int, int] | None = None  # key of the file checked last
+        self.checked_files = 0
+        self.damaged = 0  # damage found
+        self.repaired = 0  # damage repaired from a peer
+
+    def due(self) -> bool:
+        return self.interval_s > 0 and time.monotonic() >= self._next_at
+
+    def step(self) -> Damage | None:
+        """Check the next merged file; repair it if damaged. Returns the damage found."""
+        self._next_at = time.monotonic() + self.interval_s
+        files = self.merged.files()
+        if not files:
+            return None
+        later = [f for f in files if self._after is None or f.key > self._after]
+        current = (later or files)[0]
+        self._after = current.key
+        self.checked_files += 1
+        damage = self.inspect(current, current.key == files[-1].key)
+        if damage is not None:
+            self.damaged += 1
+            log.error(
+                "scrub: %s damaged at offset %d (%s); repairing from a peer",
+                current.path,
+                damage.offset,
+                damage.reason,
+            )
+            if self.repair(damage):
+                self.repaired += 1
+        return damage
+
+    def inspect(self, f: StreamFile, newest: bool) -> Damage | None:
+        """Where ``f`` stops checking out, if it does. The newest file is checked up to
+        what the merger has written to it; an older one must end on a whole record."""
+        try:
+            report = verify_file(f.path)
+        except FileNotFoundError:  # pruned meanwhile
+            return None
+        expected = self.merged.size if newest and f.roll == self.merged.roll else None
+        if report.error is not None:
+            return Damage(f, report.error.offset, expected, report.error.reason)
+        if expected is not None and report.valid_bytes < expected:
+            return Damage(f, report.valid_bytes, expected, "shorter than what was written")
+        if expected is None and report.tail.kind != "clean":
+            return Damage(f, report.valid_bytes, None, report.tail.reason or report.tail.kind)
+        return None
+
+    def repair(self, damage: Damage) -> bool:
+        """Rewrite ``damage.file`` from ``damage.offset`` with a peer's bytes."""
+        f = damage.file
+        for peer in self.peers:
+            try:
+                data = self._fetch_rest(peer, f, damage.offset, damage.expected)
+            except RTError as exc:
+                log.info("scrub: fetching %s from %s failed: %s", f.path.name, peer, exc)
+                continue
+            if data is None:
+                continue
+            _rewrite(f, damage.offset, data)
+            if self.inspect(f, damage.expected is not None) is None:
+                log.warning(
+                    "scrub: repaired %s from offset %d with %d bytes from %s",
+                    f.path,
+                    damage.offset,
+                    len(data),
+                    peer,
+                )
+                return True
+            log.error("scrub: %s from %s does not check out either", f.path.name, peer)
+        return False
+
+    def _fetch_rest(
+        self, peer: str, f: StreamFile, offset: int, expected: int | None
+    ) -> bytes | None:
+        """The peer's bytes of ``f`` from ``offset`` to ``expected`` (or its file's end)."""
+        chunks: list[bytes] = []
+        at = offset
+        while True:
+            want = FETCH_BYTES if expected is None else min(FETCH_BYTES, expected - at)
+            if want <= 0:
+                break
+            got = self.fetch(peer, Position.of(f.session, f.roll, at), want)
+            if got.missing:
+                return None
+            chunks.append(got.data)
+            at += len(got.data)
+            end = got.file_size if expected is None else expected
+            if at >= end or not got.data:
+                if expected is not None and at < expected:
+                    return None  # the peer does not have all of it yet
+                break
+        return b"".join(chunks)
+
+
+def _rewrite(f: StreamFile, offset: int, data: bytes) -> None:
+    """Write ``data`` at ``offset`` (not through the merger's append-only descriptor),
+    cut the file after it, and sync."""
+    fd = os.open(f.path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        view = memoryview(data)
+        at = offset
+        while view:
+            n = os.pwrite(fd, view, at)
+            view, at = view[n:], at + n
+        os.ftruncate(fd, offset + len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-appliance package units fuzz lint bench bench-peers peer-servers docs clean
+.PHONY: demo test test-appliance package units fuzz chaos lint bench bench-peers peer-servers docs clean
 
 $(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,18 @@ package:
 FUZZ_EXAMPLES ?= 200000
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/fuzz
+
+# rt chaos: a 3-node stream under load for CHAOS_MINUTES with every fault this machine
+# allows (partition, disk-full and power-loss need root), then the checker's verdict
+# (exit 1 on any violation). CHAOS_SEED picks the schedule (default: random, printed).
+# The report, timeline and every daemon's log stay in CHAOS_DIR.
+CHAOS_MINUTES ?= 2
+CHAOS_SEED    ?=
+CHAOS_DIR     ?= /tmp/rt-chaos
+chaos: $(STAMP)
+	rm -rf $(CHAOS_DIR)
+	$(VENV)/bin/rt chaos --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+	    --workdir $(CHAOS_DIR)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rt_appliance tests

@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,20 +43,44 @@ NETNS_TAG = 30  # namespaces get tags NETNS_TAG + 1 ...
 
 
 def available_faults(wanted: Iterable[str]) -> tuple[list[str], dict[str, str]]:
-    """(faults this machine can inject, {fault: why not} for the others)."""
+    """(faults this machine can inject, {fault: why not} for the others): root, the
+    tools, and a namespace and a loop mount actually made, are each checked once."""
     ok, missing = [], {}
     root = os.geteuid() == 0
+    probes: dict[str, str | None] = {}
     for fault in wanted:
         need = ROOT_FAULTS.get(FaultKind(fault))
-        if need and not root:
-            missing[fault] = f"needs root for {need}"
-        elif need == "network namespaces" and shutil.which("ip") is None:
-            missing[fault] = "needs iproute2 (ip)"
-        elif need and need.startswith("a loop") and shutil.which("mkfs.ext4") is None:
-            missing[fault] = "needs mkfs.ext4 (e2fsprogs)"
-        else:
+        if need is None:
             ok.append(fault)
+            continue
+        if need not in probes:
+            probes[need] = _probe(need) if root else f"needs root for {need}"
+        if probes[need] is None:
+            ok.append(fault)
+        else:
+            missing[fault] = str(probes[need])
     return ok, missing
+
+
+def _probe(need: str) -> str | None:
+    """Why ``need`` cannot be made here, or None if it can."""
+    try:
+        if need == "network namespaces":
+            if shutil.which("ip") is None:
+                return "needs iproute2 (ip)"
+            name = f"rtprobe{os.getpid()}"
+            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+            subprocess.run(["ip", "netns", "del", name], check=True, capture_output=True)
+            return None
+        if shutil.which("mkfs.ext4") is None:
+            return "needs mkfs.ext4 (e2fsprogs)"
+        with tempfile.TemporaryDirectory(prefix="rt-chaos-probe-") as tmp:
+            LoopDisk(Path(tmp) / "probe.img", Path(tmp) / "mnt", 16 << 20).close()
+        return None
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", b"") or str(exc)
+        text = detail.decode(errors="replace") if isinstance(detail, bytes) else detail
+        return f"cannot make {need} here: {text.strip()[:200]}"
 
 
 def _ns_ip(host: NetnsHost, *args: str) -> None:

@@ -66,7 +66,12 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     required=True,
     help="Directory for the stream, the journals and the report (must be empty or new).",
 )
-@click.option("--schedule-only", is_flag=True, help="Print the schedule the seed gives and exit.")
+@click.option(
+    "--schedule-only",
+    is_flag=True,
+    help="Print the schedule the seed gives on this machine (faults it cannot inject left "
+    "out) and exit.",
+)
 def chaos(
     nodes: str,
     minutes: float,
@@ -107,7 +112,12 @@ def chaos(
     seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
     seconds = minutes * 60
     if schedule_only:
-        for fault in draw_schedule(seed, seconds, int(nodes), list(faults)):
+        from rt_appliance.chaos.world import available_faults
+
+        usable, missing = available_faults(faults)
+        for name, why in missing.items():
+            click.echo(f"left out: {name} ({why})", err=True)
+        for fault in draw_schedule(seed, seconds, int(nodes), usable):
             click.echo(f"{fault.at_s:8.1f}s  {fault.describe()}")
         return
     if workdir.exists() and any(workdir.iterdir()):

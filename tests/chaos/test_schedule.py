@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rt_appliance.chaos.schedule import (
@@ -33,7 +35,7 @@ def test_a_schedule_draws_only_the_faults_asked_and_covers_them() -> None:
 def test_faults_follow_one_another_and_leave_time_to_recover() -> None:
     schedule = draw_schedule(7, 120, 3, list(FAULTS))
     assert schedule[0].at_s == WARMUP_S
-    for before, after in zip(schedule, schedule[1:], strict=False):
+    for before, after in itertools.pairwise(schedule):
         assert after.at_s >= before.end_s + 1.0
     assert schedule[-1].end_s <= 120 - 12
 

@@ -25,7 +25,9 @@ same way, because it is a copy and its sender still has the original: the damage
 file is first kept whole under ``.damaged/`` for a post-mortem, then cut before
 the first bad record, and the sender resends from there
 (:attr:`ReplicaDir.repaired` says what was cut). Appending after the damage
-instead would hide it, and refusing to open would stop the copy for good.
+instead would hide it, and refusing to open would stop the copy for good. Only if
+the damaged file cannot be kept (no room, ``.damaged`` not a directory) does the
+copy refuse to open, as corrupt, until an operator moves the file away.
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ class ReplicaDir:
             try:
                 self.recovery = recover_last_file(directory)
             except CorruptLogError as exc:
+                try:
+                    _cut_damage(directory, exc)
+                except OSError as keep_failed:  # never cut without keeping: refuse instead
+                    raise CorruptLogError(
+                        exc.path, exc.offset, f"{exc.reason}; not repaired: {keep_failed}"
+                    ) from exc
                 self.repaired = exc
-                _cut_damage(directory, exc)
                 self.recovery = recover_last_file(directory)
             files = list_files(directory)
             if files:

@@ -22,6 +22,7 @@ from rt_appliance.errors import PeerRejectedError, TransportError
 from rt_appliance.replicate.messages import FrameType
 from rt_appliance.replicate.refusals import STUCK_AFTER
 from rt_appliance.replicate.session import connect
+from rt_appliance.replicate.sink import DAMAGED_DIR
 from rt_appliance.testing.checkers import log_files
 from rt_appliance.testing.cluster import wait_until
 from rt_appliance.transport.tls import client_context
@@ -151,13 +152,29 @@ def _damaged_replica(stream: Stream) -> tuple[dict[str, bytes], Path, str, bytes
     return expected, replica, name, bytes(damaged)
 
 
-def test_corrupt_replica_on_disk_refuses_to_append(make_stream: Callable[..., Stream]) -> None:
+def test_corrupt_replica_on_disk_is_kept_cut_and_sent_again(
+    make_stream: Callable[..., Stream],
+) -> None:
     stream = make_stream(nodes=1, replication={"delete_acked": False})
     expected, replica, name, damaged = _damaged_replica(stream)
     server = stream.push_server("rt-1")
+    stream.push_client()
+    wait_identical(stream, expected, nodes=["rt-1"])
+    kept = list((replica / DAMAGED_DIR).iterdir())
+    assert [p.read_bytes() for p in kept] == [damaged], "the damaged file is kept whole"
+    assert f"replica trades.pub-1 was damaged ({replica / name}: corrupt at offset" in server.log()
+
+
+def test_a_damaged_replica_that_cannot_be_kept_is_refused(
+    make_stream: Callable[..., Stream],
+) -> None:
+    stream = make_stream(nodes=1, replication={"delete_acked": False})
+    expected, replica, name, damaged = _damaged_replica(stream)
+    (replica / DAMAGED_DIR).write_text("not a directory\n")  # nowhere to keep the damaged file
+    server = stream.push_server("rt-1")
     client = stream.push_client()
     wait_until(
-        lambda: "corrupt at offset" in client.log() and "corrupt at offset" in server.log(),
+        lambda: "not repaired" in client.log() and "corrupt at offset" in server.log(),
         20,
         f"the refusal to be reported\n{stream.logs()}",
     )
@@ -175,6 +192,7 @@ def test_a_node_refusing_the_same_bytes_makes_the_connection_stuck(
         replication={"delete_acked": False, "reconnect_initial_ms": 20, "reconnect_max_ms": 600},
     )
     expected, replica, name, _ = _damaged_replica(stream)
+    (replica / DAMAGED_DIR).write_text("not a directory\n")  # the damage cannot be repaired
     stream.push_server("rt-1")
     client = stream.push_client(metrics_port=None)
 

@@ -32,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -184,6 +185,7 @@ class Sequencer:
         self.machine.listeners.append(self.wake)
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
+        self._heartbeat_failing = False  # the heartbeat file could not be written last time
         self._peer_holds: dict[str, dict[str, int]] = {}  # leader: holds reported by nodes
         # READY for systemd: the merged log was recovered above; raft must listen too.
         self.ready = asyncio.Event()
@@ -385,9 +387,24 @@ class Sequencer:
                 self._leader_seen = status.leader
                 self._wake.set()  # a new leader plans at once
             if time.monotonic() >= next_heartbeat:  # for this node's pull server
-                write_sequencer_file(path, status.leader, status.has_quorum)
+                self._heartbeat(path, status.leader, status.has_quorum)
                 next_heartbeat = time.monotonic() + 0.5
             await asyncio.sleep(0.2)
+
+    def _heartbeat(self, path: Path, leader: str | None, has_quorum: bool) -> None:
+        """Write the heartbeat file; a full disk or an I/O error is logged, never fatal.
+        While it cannot be written the pull server sees it age and lets subscribers go to
+        other nodes."""
+        try:
+            write_sequencer_file(path, leader, has_quorum)
+        except OSError as exc:
+            if not self._heartbeat_failing:
+                log.warning("cannot write the heartbeat %s: %s; retrying every 0.5 s", path, exc)
+            self._heartbeat_failing = True
+            return
+        if self._heartbeat_failing:
+            log.info("heartbeat %s written again", path)
+        self._heartbeat_failing = False
 
     async def _lag_loop(self) -> None:
         """Measure how late the event loop runs a timer: raft's heartbeats and votes wait

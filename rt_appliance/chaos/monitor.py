@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ class Monitor:
     def __init__(self, stream: LocalStream, t0: float) -> None:
         self.stream, self.t0 = stream, t0
         self.samples: list[Sample] = []
+        self.exits: list[str] = []  # daemons that exited on their own (not killed by a fault)
+        self._seen_exits: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-monitor", daemon=True)
 
@@ -67,7 +70,19 @@ class Monitor:
                     merged,
                 )
             )
+            self._note_exits(began - self.t0)
             self._stop.wait(max(0.0, INTERVAL_S - (time.monotonic() - began)))
+
+    def _note_exits(self, t: float) -> None:
+        """Record daemons that exited with anything but SIGKILL (which only faults send)."""
+        for name, daemon in list(self.stream.daemons.items()):
+            proc = daemon.proc
+            if proc is None or proc.pid in self._seen_exits:
+                continue
+            code = proc.poll()
+            if code is not None and code != -signal.SIGKILL:
+                self._seen_exits.add(proc.pid)
+                self.exits.append(f"{name} exited with status {code} at {t:.0f}s")
 
 
 def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float | None:

@@ -34,6 +34,7 @@ def as_dict(result: ChaosResult) -> dict[str, Any]:
         },
         "settled_s": result.settled_s,
         "stuck": result.stuck,
+        "exited_on_their_own": result.exits,
         "elapsed_s": result.elapsed_s,
         "samples": [asdict(s) for s in result.samples],
         "injected": [
@@ -73,7 +74,9 @@ def summary(result: ChaosResult) -> str:
         f"not acknowledged: {v.unacked_delivered} delivered, {v.unacked_lost} lost (allowed)",
         f"violations: {counts}",
         _recoveries(result),
+        f"daemons that exited on their own: {len(result.exits) or 'none'}",
     ]
+    lines += [f"  {e}" for e in result.exits]
     for k in SAFETY:
         lines += [f"  {k}: {e}" for e in v[k].examples]
     return "\n".join(lines)

@@ -60,6 +60,7 @@ class ChaosResult:
     verdict: Verdict = field(default_factory=Verdict)
     settled_s: float | None = None  # None: did not settle (stuck)
     stuck: list[str] = field(default_factory=list)
+    exits: list[str] = field(default_factory=list)  # daemons that exited on their own
     elapsed_s: float = 0.0
 
     @property
@@ -103,6 +104,7 @@ def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
         _settle(world, result, options.settle_s, progress)
         monitor.stop()
         result.samples = monitor.samples
+        result.exits = monitor.exits
         result.injected = nemesis.injected
         for record in result.injected:
             record.recovery_s = recovery_time(result.samples, record.ended, options.nodes)

@@ -76,3 +76,24 @@ def test_a_pysyncobj_older_than_supported_is_refused(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(patches, "_version", lambda: "0.3.14")
     with pytest.raises(RTError, match=r"pysyncobj 0\.3\.14 is too old: .* 0\.3\.17"):
         patches.install()
+
+
+def test_the_journal_allocates_what_it_maps(tmp_path: Path) -> None:
+    """pysyncobj grows its journal with mmap.resize, leaving a sparse file whose first
+    store on a full disk is a SIGBUS (found by rt chaos, seed 9); the installed write
+    allocates the blocks first, so the file holds real blocks for all it maps."""
+    import pysyncobj.journal as pso_journal
+
+    from rt_appliance.sequencer.raft import patches
+
+    patches.install()
+    path = tmp_path / "journal.bin"
+    f = pso_journal.ResizableFile(str(path), initialSize=1024, defaultContent=b"\0" * 8)
+    f.write(0, b"x" * 10)
+    f.write(1 << 20, b"y" * 10)  # beyond the mapped size: the file grows
+    f.flush()
+    st = path.stat()
+    assert st.st_size >= (1 << 20) + 10
+    assert st.st_blocks * 512 >= st.st_size - 4096  # allocated, not sparse
+    assert f.read(1 << 20, 10) == b"y" * 10
+    f._destroy()

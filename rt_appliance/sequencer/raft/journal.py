@@ -10,7 +10,9 @@ the answer that reflects them).
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ import pysyncobj.journal as _journal
 
 from rt_appliance.sequencer.raft.vote import Vote, VoteStore
 
-__all__ = ["JOURNALS", "SyncedJournal", "create_journal", "fsync_and_close"]
+__all__ = ["JOURNALS", "SyncedJournal", "allocated_write", "create_journal", "fsync_and_close"]
+
+log = logging.getLogger(__name__)
 
 
 class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
@@ -119,3 +123,50 @@ def create_journal(journal_file: str | None = None) -> Any:
     journal = SyncedJournal(journal_file)
     JOURNALS[journal_file] = journal
     return journal
+
+
+_FULL_RETRY_S = 0.2  # while the disk is full, try to grow the journal this often
+_FULL_LOG_EVERY_S = 30.0
+
+
+def allocated_write(self: Any, offset: int, values: bytes) -> None:
+    """``ResizableFile.write`` that allocates the blocks it maps before writing to them.
+
+    pysyncobj grows its journal with ``mmap.resize``, which extends the file without
+    allocating it: on a full disk the first store into the new pages kills the process
+    with SIGBUS. Here the new size is allocated first (``posix_fallocate``); while the
+    disk is full the write waits for room, logging it, so the node stalls as if paused
+    and goes on when room comes back, losing nothing."""
+    mm = self._ResizableFile__mm
+    size = len(values)
+    if offset + size > mm.size():
+        current = mm.size()
+        new = max(int(current * self._ResizableFile__resizeFactor), offset + size)
+        _allocate(self._ResizableFile__f.fileno(), current, new, self._ResizableFile__fileName)
+        try:
+            mm.resize(new)
+        except (SystemError, OSError):
+            self._ResizableFile__extand(0)  # remap the file as it now is
+        mm = self._ResizableFile__mm
+    mm[offset : offset + size] = values
+
+
+def _allocate(fd: int, start: int, end: int, name: str) -> None:
+    logged_at = 0.0
+    while True:
+        try:
+            os.posix_fallocate(fd, start, end - start)
+            if logged_at:
+                log.warning("raft journal %s: room again, going on", name)
+            return
+        except OSError as exc:
+            now = time.monotonic()
+            if now - logged_at >= _FULL_LOG_EVERY_S:
+                log.error(
+                    "raft journal %s: cannot grow to %d bytes (%s); raft waits for room",
+                    name,
+                    end,
+                    exc,
+                )
+                logged_at = now
+            time.sleep(_FULL_RETRY_S)

@@ -24,7 +24,7 @@ import pysyncobj.syncobj as _syncobj
 
 from rt_appliance.errors import RTError
 from rt_appliance.sequencer.raft import codec
-from rt_appliance.sequencer.raft.journal import create_journal
+from rt_appliance.sequencer.raft.journal import allocated_write, create_journal
 
 __all__ = ["PRIVATE_ATTRIBUTES", "SUPPORTED", "check", "install"]
 
@@ -45,7 +45,13 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     ),
     "Transport": ("_onMessageReceived", "_onNodeConnected", "_onNodeDisconnected"),
     "FileJournal": ("_FileJournal__journalFile",),
-    "ResizableFile": ("_ResizableFile__f",),
+    "ResizableFile": (
+        "_ResizableFile__f",
+        "_ResizableFile__mm",
+        "_ResizableFile__resizeFactor",
+        "_ResizableFile__fileName",
+        "_ResizableFile__extand",
+    ),
 }
 
 _installed = False
@@ -71,6 +77,7 @@ def install() -> None:
     _pso_pickle.dumps = codec.dumps
     _pso_pickle.dump = codec.dump
     _syncobj.createJournal = create_journal
+    _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full
     _installed = True
 
 

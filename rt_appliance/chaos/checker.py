@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from rt_appliance.chaos.history import Delivery, PublisherHistory
 from rt_appliance.log.naming import is_dedup_topic
-from rt_appliance.testing.checkers import EXAMPLES_PER_KIND, count_delivery
+from rt_appliance.testing.checkers import EXAMPLES_PER_KIND, count_delivery, file_order
 
 __all__ = ["SAFETY", "Category", "Verdict", "judge_reader"]
 
@@ -177,7 +177,7 @@ def is_prefix(short: Mapping[str, bytes], long: Mapping[str, bytes]) -> bool:
     later files may be missing. A log that is behind, not one that differs."""
     if not set(short) <= set(long):
         return False
-    names = sorted(long, key=_file_order)
+    names = sorted(long, key=file_order)
     held = [n for n in names if n in short]
     if held != names[: len(held)]:
         return False
@@ -188,10 +188,6 @@ def is_prefix(short: Mapping[str, bytes], long: Mapping[str, bytes]) -> bool:
         if i != len(held) - 1 or not b.startswith(a):
             return False
     return True
-
-
-def _file_order(name: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in name.split(".")[1:] if p.isdigit())
 
 
 def judge_logs(verdict: Verdict, logs: Mapping[str, Mapping[str, bytes]]) -> list[str]:
@@ -209,7 +205,7 @@ def judge_logs(verdict: Verdict, logs: Mapping[str, Mapping[str, bytes]]) -> lis
             behind.append(name)
         else:
             ref = logs[longest]
-            order = sorted(ref, key=_file_order)
+            order = sorted(ref, key=file_order)
             first = next((f for f in order if files.get(f) != ref[f]), "a file only it has")
             verdict["divergent"].add(1, [f"{name}: differs from {longest} in {first}"])
     return behind

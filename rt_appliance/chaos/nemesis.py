@@ -7,7 +7,6 @@ when is kept as an :class:`Injected` for the report.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -92,7 +91,7 @@ class Nemesis:
     # -- the faults --------------------------------------------------------------------
 
     def _kill(self, fault: Fault, record: Injected, rng: random.Random) -> None:
-        daemons = [d for d in self._daemons(fault) if _running(d)]
+        daemons = [d for d in self._daemons(fault) if d.running]
         record.did = "SIGKILL " + ", ".join(d.name for d in daemons)
         for d in daemons:
             d.kill(signal.SIGKILL)
@@ -103,15 +102,15 @@ class Nemesis:
                 d.start()
 
     def _pause(self, fault: Fault, record: Injected, rng: random.Random) -> None:
-        daemons = [d for d in self._daemons(fault) if _running(d)]
+        daemons = [d for d in self._daemons(fault) if d.running]
         record.did = "SIGSTOP " + ", ".join(d.name for d in daemons)
         for d in daemons:
-            _signal(d, signal.SIGSTOP)
+            d.send(signal.SIGSTOP)
         try:
             self._hold(fault.duration_s)
         finally:
             for d in daemons:
-                _signal(d, signal.SIGCONT)
+                d.send(signal.SIGCONT)
 
     def _partition(self, fault: Fault, record: Injected, rng: random.Random) -> None:
         network = self.world.network
@@ -180,9 +179,9 @@ class Nemesis:
 
     def _power_loss(self, fault: Fault, record: Injected, rng: random.Random) -> None:
         names = self.stream.node_names
-        daemons = [d for n in names for d in self.stream.node_daemons(n).values() if _running(d)]
+        daemons = [d for n in names for d in self.stream.node_daemons(n).values() if d.running]
         for d in daemons:
-            _signal(d, signal.SIGSTOP)  # every node at the same instant
+            d.send(signal.SIGSTOP)  # every node at the same instant
         try:
             for disk in self.world.disks.values():
                 disk.snapshot()
@@ -200,24 +199,13 @@ class Nemesis:
         """Leave nothing broken (an interrupted run): resume, heal, clocks back, room back,
         and start whatever is not running."""
         for d in [*self.stream.daemons.values(), *self.world.apps.values()]:
-            _signal(d, signal.SIGCONT)
+            d.send(signal.SIGCONT)
         if self.world.network is not None:
             self.world.network.heal()
         for path in self.world.clock_files.values():
             _write(path, 0)
         for disk in self.world.disks.values():
             disk.drain()
-
-
-def _running(d: Daemon) -> bool:
-    return d.proc is not None and d.proc.poll() is None
-
-
-def _signal(d: Daemon, sig: int) -> None:
-    if _running(d):
-        assert d.proc is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(d.proc.pid, sig)
 
 
 def _write(path: Path, value: int) -> None:

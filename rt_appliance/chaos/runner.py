@@ -30,7 +30,7 @@ from rt_appliance.chaos.schedule import Fault, Load, draw_schedule
 from rt_appliance.chaos.world import World, available_faults
 from rt_appliance.log.segments import list_files
 from rt_appliance.subscribe import Subscriber
-from rt_appliance.testing.checkers import log_files
+from rt_appliance.testing.checkers import log_files_or_empty
 
 __all__ = ["ChaosOptions", "ChaosResult", "run_chaos"]
 
@@ -181,7 +181,7 @@ def _judge(world: World, result: ChaosResult) -> None:
     ]
     merged = stream.merged_dirs()
     copies = {s: stream.subscriber_dir(s) for s in world.load.subscribers}
-    contents = {name: _files(d) for name, d in {**merged, **copies}.items()}
+    contents = {name: log_files_or_empty(d) for name, d in {**merged, **copies}.items()}
     behind = judge_logs(verdict, contents)
     if behind and not result.stuck:
         verdict["stuck"].add(1, [f"behind the others: {', '.join(behind)}"])
@@ -198,10 +198,6 @@ def _judge(world: World, result: ChaosResult) -> None:
     apps = {name: got for name, got in readers.items() if name.startswith("app-")}
     judge_copies(verdict, reference, {reference: readers[reference], **apps})
     count_unacked(verdict, readers[reference], histories)
-
-
-def _files(directory: Path) -> dict[str, bytes]:
-    return log_files(directory) if directory.is_dir() else {}
 
 
 def _read(directory: Path, verdict: Verdict, name: str) -> list[Delivery]:

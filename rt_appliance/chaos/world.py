@@ -83,10 +83,6 @@ def _probe(need: str) -> str | None:
         return f"cannot make {need} here: {text.strip()[:200]}"
 
 
-def _ns_ip(host: NetnsHost, *args: str) -> None:
-    subprocess.run([*host.prefix, "ip", *args], check=True, capture_output=True, text=True)
-
-
 class Network:
     """One network namespace per node, joined through this one; partitions between
     nodes are blackhole routes inside the namespaces, a node cut off from everything
@@ -111,7 +107,7 @@ class Network:
     def block(self, src: str, dst: str) -> None:
         """Drop what ``src`` sends to ``dst`` (one way)."""
         if (src, dst) not in self._blocked:
-            _ns_ip(self.hosts[src], "route", "add", "blackhole", f"{self.address(dst)}/32")
+            self.hosts[src].exec_("ip", "route", "add", "blackhole", f"{self.address(dst)}/32")
             self._blocked.add((src, dst))
 
     def split(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
@@ -130,7 +126,7 @@ class Network:
     def heal(self) -> None:
         for src, dst in sorted(self._blocked):
             with contextlib.suppress(subprocess.CalledProcessError):
-                _ns_ip(self.hosts[src], "route", "del", "blackhole", f"{self.address(dst)}/32")
+                self.hosts[src].exec_("ip", "route", "del", "blackhole", f"{self.address(dst)}/32")
         self._blocked.clear()
         for name in sorted(self._cut):
             self.hosts[name].heal()

@@ -40,8 +40,10 @@ __all__ = [
     "check_merged",
     "compare_logs",
     "count_delivery",
+    "file_order",
     "log_digest",
     "log_files",
+    "log_files_or_empty",
     "same_log_files",
 ]
 
@@ -78,10 +80,10 @@ def log_digest(directory: Path) -> str:
     """SHA-256 (hex) of a stream directory: for each file in (session, roll) order, its
     name, a NUL, its size (8 bytes, little-endian) and its bytes. Equal digests mean the
     same file names with the same bytes. A missing directory counts as an empty log."""
-    return _digest(_files_or_empty(directory))
+    return _digest(log_files_or_empty(directory))
 
 
-def _files_or_empty(directory: Path) -> dict[str, bytes]:
+def log_files_or_empty(directory: Path) -> dict[str, bytes]:
     return log_files(directory) if directory.is_dir() else {}
 
 
@@ -102,7 +104,7 @@ def _difference(
     ref_name: str, ref: Mapping[str, bytes], name: str, got: Mapping[str, bytes]
 ) -> str:
     """How ``got`` differs from ``ref``: behind (a prefix), ahead, or diverging (where)."""
-    for file in sorted(set(ref) | set(got), key=_file_key):
+    for file in sorted(set(ref) | set(got), key=file_order):
         a, b = ref.get(file), got.get(file)
         if a == b:
             continue
@@ -118,14 +120,14 @@ def _difference(
     return f"{name}: differs from {ref_name}"
 
 
-def _file_key(name: str) -> tuple[int, ...]:
+def file_order(name: str) -> tuple[int, ...]:
     parts = name.split(".")[1:]
     return tuple(int(p) for p in parts if p.isdigit())
 
 
 def compare_logs(dirs: Mapping[str, Path]) -> LogComparison:
     """Compare the stream files of ``dirs`` (``{name: directory}``) with the first one's."""
-    contents = {name: _files_or_empty(d) for name, d in dirs.items()}
+    contents = {name: log_files_or_empty(d) for name, d in dirs.items()}
     digests = {name: _digest(files) for name, files in contents.items()}
     sizes = {name: sum(len(b) for b in files.values()) for name, files in contents.items()}
     differences: list[str] = []

@@ -8,6 +8,7 @@ host's data under one work directory, and makes the certificates for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -98,6 +99,16 @@ class Daemon:
         )
         log.close()
         return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, sig: int) -> None:
+        """Send ``sig`` to the daemon's process group, if it is running (no wait)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):  # exited just now
+                os.killpg(self.proc.pid, sig)
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -27,9 +27,7 @@ the configuration's defaults (5001, 5002, 7100, 8000, ...).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import random
 import signal
 import socket
@@ -204,7 +202,7 @@ class LocalStream:
         """Start the daemons of node ``name`` (all, or ``roles``) that are not running."""
         daemons = self.node_daemons(name)
         for role in self._roles(roles):
-            if not _is_running(daemons[role]):
+            if not daemons[role].running:
                 daemons[role].start()
 
     def publisher_daemon(self, host: str) -> Daemon:
@@ -227,16 +225,14 @@ class LocalStream:
 
     def pids(self) -> dict[str, int]:
         """``{daemon name: pid}`` of the daemons running now."""
-        return {
-            k: d.proc.pid for k, d in self.daemons.items() if _is_running(d) and d.proc is not None
-        }
+        return {k: d.proc.pid for k, d in self.daemons.items() if d.running and d.proc is not None}
 
     def stop(self) -> None:
         """Stop every daemon: SIGTERM to all at once, SIGKILL to those still running after
         :data:`STOP_GRACE_S`. Safe to call twice."""
-        running = [d for d in self.daemons.values() if _is_running(d)]
+        running = [d for d in self.daemons.values() if d.running]
         for d in running:
-            _signal(d, signal.SIGTERM)
+            d.send(signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
         for d in running:
             assert d.proc is not None
@@ -365,13 +361,3 @@ class LocalStream:
     def logs(self, tail_chars: int = 3000) -> str:
         """The end of every daemon's log, for a failure message."""
         return "\n".join(f"--- {d.name}\n{d.log()[-tail_chars:]}" for d in self.daemons.values())
-
-
-def _is_running(daemon: Daemon) -> bool:
-    return daemon.proc is not None and daemon.proc.poll() is None
-
-
-def _signal(daemon: Daemon, sig: int) -> None:
-    if daemon.proc is not None and daemon.proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):  # exited just now
-            os.killpg(daemon.proc.pid, sig)

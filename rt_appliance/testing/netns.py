@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 __all__ = ["NetnsHost", "enable_forwarding", "restore_forwarding"]
 
@@ -64,16 +65,35 @@ class NetnsHost:
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
 
 
+_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+_USERS = Path("/run/rt-netns-forwarding")  # one file per process that needs forwarding on
+
+
 def enable_forwarding() -> str:
-    """Turn on IPv4 forwarding in the root namespace; returns the previous value."""
-    path = "/proc/sys/net/ipv4/ip_forward"
-    with open(path) as f:
-        before = f.read().strip()
-    with open(path, "w") as f:
-        f.write("1\n")
-    return before
+    """Turn on IPv4 forwarding in the root namespace; returns the value to restore.
+
+    Several runs may need it at once (a test, a chaos run); each registers itself, and
+    :func:`restore_forwarding` puts the value back only when the last one leaves, so one
+    finishing does not cut the others' namespaces off."""
+    before = _FORWARD.read_text().strip()
+    _USERS.mkdir(parents=True, exist_ok=True)
+    if not _live_users():
+        (_USERS / "original").write_text(before)
+    (_USERS / str(os.getpid())).write_text(before)
+    _FORWARD.write_text("1\n")
+    return (_USERS / "original").read_text().strip()
 
 
 def restore_forwarding(value: str) -> None:
-    with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
-        f.write(value + "\n")
+    (_USERS / str(os.getpid())).unlink(missing_ok=True)
+    if not _live_users():
+        _FORWARD.write_text(value + "\n")
+
+
+def _live_users() -> list[int]:
+    live = []
+    for entry in _USERS.glob("[0-9]*"):
+        pid = int(entry.name)
+        if pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            live.append(pid)
+    return live

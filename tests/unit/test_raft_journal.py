@@ -52,9 +52,10 @@ def test_removed_entries_are_not_counted_as_synced(journal: SyncedJournal) -> No
     assert journal.synced_index == 5
 
     def cut_and_rewrite() -> None:  # a divergent tail: entries 4 and 5 go
-        journal.deleteEntriesFrom(3)
-        assert journal.synced_index == 3 and journal.last_index() == 3
+        journal.deleteEntriesFrom(3)  # the cut waits for the entry that conflicts
+        assert journal.synced_index == 5 and journal.last_index() == 5
         journal.add(b"new leader's 4", 4, 2)
+        assert journal.synced_index == 3 and journal.last_index() == 4
 
     _sync_while(journal, cut_and_rewrite)  # began before the cut: proves nothing new
     assert journal.synced_index == 3

@@ -97,3 +97,72 @@ def test_the_journal_allocates_what_it_maps(tmp_path: Path) -> None:
     assert st.st_blocks * 512 >= st.st_size - 4096  # allocated, not sparse
     assert f.read(1 << 20, 10) == b"y" * 10
     f._destroy()
+
+
+def _follower(tmp_path: Path) -> tuple[RaftNode, object, object]:
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+    node = RaftNode(config, "rt-1", tmp_path / "raft", machine)
+    leader = sorted(node._obj._SyncObj__otherNodes, key=str)[0]
+    return node, leader, node._obj._SyncObj__onMessageReceived
+
+
+def _append(prev: int, prev_term: int, entries: list[tuple[int, int]], commit: int) -> dict:
+    return {
+        "type": "append_entries",
+        "term": max([prev_term] + [term for _, term in entries]),
+        "commit_index": commit,
+        "prevLogIdx": prev,
+        "prevLogTerm": prev_term,
+        "entries": [(f"cmd-{idx}-{term}".encode(), idx, term) for idx, term in entries],
+    }
+
+
+def test_a_stale_append_entries_does_not_shorten_a_followers_log(tmp_path: Path) -> None:
+    """A late copy of an earlier message (say the leader's second answer to one old
+    reset) matches at index 1 and carries 2..5: raft keeps 6..10, which the follower
+    acknowledged; pysyncobj alone cut them and re-added only 2..5."""
+    node, leader, receive = _follower(tmp_path)
+    try:
+        journal = node._link.journal()
+        receive(leader, _append(1, 0, [(i, 1) for i in range(2, 11)], commit=8))
+        before = [tuple(journal[i]) for i in range(len(journal))]
+        assert [entry[1] for entry in before] == list(range(1, 11))
+        cuts = journal.cuts
+
+        receive(leader, _append(1, 0, [(i, 1) for i in range(2, 6)], commit=8))
+
+        assert [tuple(journal[i]) for i in range(len(journal))] == before
+        assert journal.cuts == cuts
+        assert node._obj._SyncObj__raftCommitIndex == 8
+    finally:
+        node.destroy()
+
+
+def test_a_conflicting_entry_removes_the_tail_from_there(tmp_path: Path) -> None:
+    node, leader, receive = _follower(tmp_path)
+    try:
+        journal = node._link.journal()
+        receive(leader, _append(1, 0, [(i, 1) for i in range(2, 11)], commit=3))
+        # a new leader (term 2) holds 2..5 of term 1, then its own 6 and 7
+        receive(leader, _append(1, 0, [(2, 1), (3, 1), (4, 1), (5, 1), (6, 2), (7, 2)], 3))
+        entries = [tuple(journal[i]) for i in range(len(journal))]
+        assert [(idx, term) for _, idx, term in entries] == [
+            (1, 0),
+            (2, 1),
+            (3, 1),
+            (4, 1),
+            (5, 1),
+            (6, 2),
+            (7, 2),
+        ]
+        assert entries[5][0] == b"cmd-6-2"
+        # and the leader's own next entry after a kept tail is appended, not matched
+        journal.add(b"own", 8, 2)
+        assert tuple(journal[-1]) == (b"own", 8, 2)
+        reopened = create_journal(str(journal.path))
+        assert [tuple(reopened[i])[1:] for i in range(len(reopened))] == [
+            (i, t) for i, t in [(1, 0), (2, 1), (3, 1), (4, 1), (5, 1), (6, 2), (7, 2), (8, 2)]
+        ]
+    finally:
+        node.destroy()

@@ -42,6 +42,7 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         self.synced_index = 0  # raft entries up to this index are on disk
         self.cuts = 0  # entries removed (a divergent tail, a compaction) so far
         self.syncs = 0
+        self._cut_at: int | None = None  # see deleteEntriesFrom
         super().__init__(path)
 
     # term and vote: durable before pysyncobj acts on them
@@ -62,17 +63,53 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         return int(self[-1][1]) if len(self) else 0
 
     def add(self, command: bytes, idx: int, term: int) -> None:
+        if self._cut_at is not None and self._holds(self._cut_at, idx, term):
+            self._cut_at += 1  # the leader resends an entry this log already holds
+            return
+        if self._cut_at is not None and self._cut_at < len(self) and self[self._cut_at][1] == idx:
+            self._cut(self._cut_at)  # a conflict: this entry and all after it go
+        self._cut_at = None
         super().add(command, idx, term)
         self.written += 1
 
     def clear(self) -> None:
+        self._cut_at = None
         super().clear()
         self.written += 1
         self.cuts += 1
         self.synced_index = 0  # what is added back is not on disk until the next sync
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
-        super().deleteEntriesFrom(entryFrom)
+        """Remove entries from position ``entryFrom`` on, but only where they conflict.
+
+        pysyncobj calls this for every ``append_entries`` whose previous entry matches and
+        then adds the entries the message carries. Removing the tail unconditionally, as
+        it would, lets a stale or repeated message (a second answer to an old ``reset``,
+        say) shorten a follower's log below entries it has acknowledged and applied: a
+        follower that then wins an election would lose committed entries. Raft (section
+        5.3 of the paper) removes an entry only when a new one at the same index has
+        another term; so here the cut waits for :meth:`add` to find that conflict, and an
+        entry the log already holds is kept, as is the tail no message contradicts."""
+        self._cut_at = entryFrom
+
+    def _holds(self, position: int, idx: int, term: int) -> bool:
+        if position >= len(self):
+            return False
+        entry = self[position]
+        return bool(entry[1] == idx and entry[2] == term)
+
+    def _cut(self, position: int) -> None:
+        first = int(self[position][1])
+        committed = first <= int(self.getRaftCommitIndex())
+        log.log(
+            logging.CRITICAL if committed else logging.WARNING,
+            "raft journal %s: removing %d entries from index %d that conflict with the leader's%s",
+            self.path,
+            len(self) - position,
+            first,
+            " (committed ones among them: raft's safety is broken)" if committed else "",
+        )
+        super().deleteEntriesFrom(position)
         self.written += 1
         self.cuts += 1
         self.synced_index = min(self.synced_index, self.last_index())

@@ -5,7 +5,9 @@ pysyncobj is the raft library; :func:`install` replaces, module-wide and once:
 * its decoders of log entries and of the journal's meta file (``pysyncobj.pickle`` and
   ``pysyncobj.journal``) with :mod:`.codec`'s, which refuse every global;
 * its journal factory (``pysyncobj.syncobj.createJournal``) with :mod:`.journal`'s
-  synced journal.
+  synced journal, which also removes a follower's entries only where the leader's
+  conflict with them (raft's rule; pysyncobj removes the whole tail after every match);
+* the journal file's ``write``, which allocates before it maps (no SIGBUS on a full disk).
 
 :data:`PRIVATE_ATTRIBUTES` lists every private name of pysyncobj this package reads or
 sets; :func:`check` fails with a clear error when a pysyncobj release lacks one, so an
@@ -15,6 +17,7 @@ an election.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pysyncobj
@@ -78,7 +81,14 @@ def install() -> None:
     _pso_pickle.dump = codec.dump
     _syncobj.createJournal = create_journal
     _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full
+    # The journal cuts only a conflicting tail (SyncedJournal.deleteEntriesFrom) and says
+    # so itself; pysyncobj's alarm before every cut it asks for would be false.
+    logging.getLogger(_syncobj.__name__).addFilter(_no_false_truncation_alarm)
     _installed = True
+
+
+def _no_false_truncation_alarm(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("truncating already-applied log entries")
 
 
 def check(owner: str, obj: Any) -> None:

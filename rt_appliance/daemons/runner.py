@@ -8,9 +8,10 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from rt_appliance import trace
+from rt_appliance.daemons import metrics_http
 from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
@@ -68,7 +69,7 @@ def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> None:
     if port == 0:
         return
     try:
-        start_http_server(port, addr=host, registry=registry)
+        metrics_http.start(registry, host, port)
     except OSError as exc:
         raise TransportError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from exc
     log.info("metrics on http://%s:%d/metrics", host, port)

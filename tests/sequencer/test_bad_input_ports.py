@@ -4,10 +4,13 @@ Each TLS port of node rt-1 (push server, raft, control channel, pull server) get
 once while a publisher keeps publishing: random bytes, a TLS handshake cut short, a TLS
 client without a certificate, one with another CA's certificate, an oversized frame
 length and garbage from a valid peer after the handshake, and a slow-loris client that
-sends its handshake a byte at a time. Every connection must be closed by the daemon
-(the slow-loris one within the handshake timeout), every daemon must count the
-refusals in its metrics, keep running and hold no more descriptors than before; and
-the stream ends with every merged log and copy identical and every message once.
+sends its handshake a byte at a time. Each daemon's metrics port (plain HTTP) gets at the
+same time random bytes, a TLS handshake, an over-long request line, too many headers, a
+slow-loris request and a connection that sends nothing. Every connection must be closed
+by the daemon (the slow ones within the handshake or request timeout), every daemon
+must count the refusals in its metrics, keep running and hold no more descriptors and
+not much more memory than before; and the stream ends with every merged log and copy
+identical and every message once.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import pytest
 
 from rt_appliance.certs.authority import create_ca, issue_host_cert
 from rt_appliance.certs.files import cert_pem, key_pem
+from rt_appliance.daemons.metrics_http import REQUEST_TIMEOUT_S
 from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S
 from rt_appliance.testing.cluster import wait_until
 from rt_appliance.testing.stream import LocalStream
@@ -39,6 +43,8 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 NODE = "rt-1"
 CLOSE_WITHIN_S = HANDSHAKE_TIMEOUT_S + 10  # every bad connection is closed by then
 FD_SLACK = 3  # descriptors a daemon may open meanwhile for its own work (a new file)
+RSS_SLACK = 64 << 20  # memory a daemon may grow by meanwhile (buffers of the stream itself)
+HTTP_CLOSE_WITHIN_S = REQUEST_TIMEOUT_S + 10
 
 # port key -> (the daemon behind it, the host whose certificate a valid peer uses,
 # the frame header of its protocol, the metric counting its refusals)
@@ -178,6 +184,51 @@ def _attacks(tls: _Tls, port: str) -> dict[str, Callable[[tuple[str, int]], bool
     }
 
 
+def _http_attacks() -> dict[str, Callable[[tuple[str, int]], bool]]:
+    """Each attack on a metrics port: says whether the daemon closed the connection."""
+
+    def sends(data: bytes) -> Callable[[tuple[str, int]], bool]:
+        def run(address: tuple[str, int]) -> bool:
+            with socket.create_connection(address, timeout=5) as sock:
+                sock.sendall(data)
+                return _closed_by_server(sock, HTTP_CLOSE_WITHIN_S)
+
+        return run
+
+    def slow_loris(address: tuple[str, int]) -> bool:
+        with socket.create_connection(address, timeout=5) as sock:
+            started = time.monotonic()
+            for byte in b"GET /metrics HTTP/1.1\r\nHost: rt-1\r\nX-Slow: " + b"y" * 200:
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    return True
+                if time.monotonic() - started > HTTP_CLOSE_WITHIN_S:
+                    return False
+                if _closed_by_server(sock, 0.5):
+                    return True
+            return False
+
+    return {
+        "random bytes": sends(random.Random(3).randbytes(4096)),
+        "a TLS handshake": sends(_client_hello()),
+        "over-long request line": sends(b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n"),
+        "too many headers": sends(
+            b"GET / HTTP/1.1\r\n" + b"".join(b"h%d: x\r\n" % i for i in range(200)) + b"\r\n"
+        ),
+        "nothing sent": sends(b""),
+        "slow loris": slow_loris,
+    }
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -213,6 +264,8 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
     daemons = stream.node_daemons(NODE)
     pids = {role: d.proc.pid for role, d in daemons.items() if d.proc is not None}
     before_fds = {role: _fds(pid) for role, pid in pids.items()}
+    before_rss = {role: _rss(pid) for role, pid in pids.items()}
+    before_http = {d: _metric(stream, d, "rt_metrics_http_rejected") for d in METRICS_PORT}
     before_counts = {p: _metric(stream, PORTS[p][0], PORTS[p][3]) for p in PORTS}
     ports = stream.config.ports
     host = stream.config.node(NODE).host
@@ -221,6 +274,7 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
         "raft": (host, ports.raft),
         "control": (host, ports.control),
         "pull": (host, ports.pull),
+        **{daemon: (host, getattr(ports, METRICS_PORT[daemon])) for daemon in METRICS_PORT},
     }
     outcomes: dict[tuple[str, str], bool] = {}
 
@@ -235,6 +289,10 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
         threading.Thread(target=attack, args=(port, name, run))
         for port in PORTS
         for name, run in _attacks(tls, port).items()
+    ] + [
+        threading.Thread(target=attack, args=(daemon, name, run))
+        for daemon in METRICS_PORT
+        for name, run in _http_attacks().items()
     ]
     for t in threads:
         t.start()
@@ -252,11 +310,20 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
             20,
             f"the refusals at the {port} port to be counted",
         )
+    for daemon in METRICS_PORT:
+        wait_until(
+            _counted(stream, daemon, "rt_metrics_http_rejected", before_http[daemon] + 5),
+            20,
+            f"the refusals at {daemon}'s metrics port to be counted",
+        )
     for role, pid in pids.items():  # and holds no descriptor once the connections are gone
         wait_until(
             _fds_at_most(pid, before_fds[role] + FD_SLACK),
             20,
             f"{role}'s descriptors to come back to {before_fds[role]}",
         )
-    assert "refused" in stream.logs(tail_chars=200_000)
+    grown = {role: _rss(pid) - before_rss[role] for role, pid in pids.items()}
+    assert all(growth < RSS_SLACK for growth in grown.values()), grown
+    logs = stream.logs(tail_chars=400_000)
+    assert "refused" in logs and "metrics endpoint refused a connection" in logs
     check_stream(stream, [feed])

@@ -1,5 +1,9 @@
-"""A node's data directory on its own small ext4 filesystem, in an image file mounted
-through a loop device (root): it can be filled up, and it can lose power.
+"""A node's data directory on a small filesystem of its own, which can be filled up.
+
+:class:`LoopDisk` is an ext4 filesystem in an image file mounted through a loop device
+(root); it can also lose power. :class:`TmpfsDisk` is a tmpfs of a fixed size, which a
+user namespace may mount without root (``rt chaos`` run by another user); it can fill
+up but not lose power, and what it holds is gone when the run ends.
 
 **Power loss.** A loop device hands every block the filesystem writes to the image
 file at once, so the image always holds exactly what has reached the "disk": what
@@ -15,12 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
-__all__ = ["LoopDisk"]
+__all__ = ["Disk", "LoopDisk", "TmpfsDisk"]
 
 BALLAST = ".chaos-ballast"
 
@@ -31,22 +34,14 @@ def _run(*command: str) -> None:
         raise OSError(f"{' '.join(command)} failed: {(done.stderr or done.stdout).strip()}")
 
 
-class LoopDisk:
-    """``mountpoint`` backed by ``image`` (a sparse file of ``size_bytes``)."""
+class Disk:
+    """A filesystem mounted at ``mountpoint`` that :meth:`fill` can fill with ballast."""
 
-    def __init__(self, image: Path, mountpoint: Path, size_bytes: int) -> None:
-        self.image, self.mountpoint = image, mountpoint
-        image.parent.mkdir(parents=True, exist_ok=True)
-        mountpoint.mkdir(parents=True, exist_ok=True)
-        with open(image, "wb") as f:
-            f.truncate(size_bytes)
-        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))  # no blocks reserved for root
-        self.mounted = False
-        self.mount()
+    mountpoint: Path
+    mounted: bool = False
 
     def mount(self) -> None:
-        _run("mount", "-o", "loop", str(self.image), str(self.mountpoint))
-        self.mounted = True
+        raise NotImplementedError
 
     def unmount(self, attempts: int = 50) -> None:
         """Unmount, retrying while a process that just exited still holds it."""
@@ -60,8 +55,6 @@ class LoopDisk:
                 if attempt == attempts - 1:
                     raise
                 time.sleep(0.1)
-
-    # -- a full disk -------------------------------------------------------------------
 
     def fill(self) -> int:
         """Take every free byte with a ballast file; returns how many."""
@@ -85,6 +78,55 @@ class LoopDisk:
         with contextlib.suppress(FileNotFoundError):
             (self.mountpoint / BALLAST).unlink()
 
+    def snapshot(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot lose power")
+
+    def restore(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot lose power")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.unmount()
+
+
+class TmpfsDisk(Disk):
+    """``mountpoint`` on a tmpfs of ``size_bytes`` (memory, taken as it is written)."""
+
+    def __init__(self, mountpoint: Path, size_bytes: int) -> None:
+        self.mountpoint, self.size_bytes = mountpoint, size_bytes
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        self.mount()
+
+    def mount(self) -> None:
+        _run(
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size={self.size_bytes},mode=0755",
+            "rt-chaos",
+            str(self.mountpoint),
+        )
+        self.mounted = True
+
+
+class LoopDisk(Disk):
+    """``mountpoint`` backed by ``image`` (a sparse file of ``size_bytes``)."""
+
+    def __init__(self, image: Path, mountpoint: Path, size_bytes: int) -> None:
+        self.image, self.mountpoint = image, mountpoint
+        image.parent.mkdir(parents=True, exist_ok=True)
+        mountpoint.mkdir(parents=True, exist_ok=True)
+        with open(image, "wb") as f:
+            f.truncate(size_bytes)
+        _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))  # no blocks reserved for root
+        self.mounted = False
+        self.mount()
+
+    def mount(self) -> None:
+        _run("mount", "-o", "loop", str(self.image), str(self.mountpoint))
+        self.mounted = True
+
     # -- power loss --------------------------------------------------------------------
 
     @property
@@ -107,9 +149,3 @@ class LoopDisk:
             self.unmount()
         with contextlib.suppress(FileNotFoundError):
             self._crash_image.unlink()
-
-    def remove(self) -> None:
-        self.close()
-        if not self.mounted:
-            self.image.unlink(missing_ok=True)
-            shutil.rmtree(self.mountpoint, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ def _markdown(result: ChaosResult) -> str:
 
 def plot_timeline(result: ChaosResult, path: Path) -> None:
     """Faults (shaded spans) against merged throughput and each node's commit index."""
+    # a user without a writable home (a service account) gets its cache beside the plot
+    os.environ.setdefault("MPLCONFIGDIR", str(path.parent / ".matplotlib"))
     import matplotlib
 
     matplotlib.use("Agg")

@@ -8,13 +8,16 @@
   subscriber application per subscriber host;
 * as root: each node in its own network namespace (:class:`Network`), for
   partitions, and each node's data directory on its own loop-mounted ext4
-  (:class:`~rt_appliance.chaos.disks.LoopDisk`), for full disks and power loss;
+  (:class:`~rt_appliance.chaos.disks.LoopDisk`), for full disks and power loss; in a
+  user namespace (:mod:`.userns`), where loop devices cannot be had, on a tmpfs
+  (:class:`~rt_appliance.chaos.disks.TmpfsDisk`), for full disks only;
 * a clock skew file per node (:mod:`rt_appliance.clock`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -24,7 +27,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rt_appliance.chaos.disks import LoopDisk
+from rt_appliance.chaos.disks import Disk, LoopDisk, TmpfsDisk
 from rt_appliance.chaos.schedule import FaultKind, Load
 from rt_appliance.clock import SKEW_ENV
 from rt_appliance.testing.cluster import Daemon
@@ -33,48 +36,57 @@ from rt_appliance.testing.stream import LocalStream
 
 __all__ = ["ROOT_FAULTS", "Network", "World", "available_faults"]
 
-ROOT_FAULTS = {
-    FaultKind.PARTITION: "network namespaces",
-    FaultKind.DISK_FULL: "a loop-mounted filesystem",
-    FaultKind.POWER_LOSS: "a loop-mounted filesystem",
+NETNS = "network namespaces"
+LOOP = "a loop-mounted filesystem"
+TMPFS = "a tmpfs of its own"
+# what each fault needs beyond the stream itself: any one of them will do
+ROOT_FAULTS: dict[FaultKind, tuple[str, ...]] = {
+    FaultKind.PARTITION: (NETNS,),
+    FaultKind.DISK_FULL: (LOOP, TMPFS),
+    FaultKind.POWER_LOSS: (LOOP,),
 }
 DISK_BYTES = 2 << 30  # each node's filesystem (a sparse image)
+TMPFS_BYTES = 1 << 30  # each node's tmpfs (memory, as it fills)
 NETNS_TAG = 30  # namespaces get tags NETNS_TAG + 1 ...
 
 
 def available_faults(wanted: Iterable[str]) -> tuple[list[str], dict[str, str]]:
-    """(faults this machine can inject, {fault: why not} for the others): root, the
-    tools, and a namespace and a loop mount actually made, are each checked once."""
+    """(faults this machine can inject, {fault: why not} for the others): root (or the
+    root of a user namespace), the tools, and a namespace and a mount actually made,
+    are each checked once."""
     ok, missing = [], {}
-    root = os.geteuid() == 0
-    probes: dict[str, str | None] = {}
     for fault in wanted:
-        need = ROOT_FAULTS.get(FaultKind(fault))
-        if need is None:
+        needs = ROOT_FAULTS.get(FaultKind(fault))
+        if needs is None:
             ok.append(fault)
             continue
-        if need not in probes:
-            probes[need] = _probe(need) if root else f"needs root for {need}"
-        if probes[need] is None:
+        why = [probe(need) for need in needs]
+        if any(reason is None for reason in why):
             ok.append(fault)
         else:
-            missing[fault] = str(probes[need])
+            missing[fault] = "; ".join(str(reason) for reason in why)
     return ok, missing
 
 
-def _probe(need: str) -> str | None:
+@functools.cache
+def probe(need: str) -> str | None:
     """Why ``need`` cannot be made here, or None if it can."""
+    if os.geteuid() != 0:
+        return f"needs root for {need}"
     try:
-        if need == "network namespaces":
+        if need == NETNS:
             if shutil.which("ip") is None:
                 return "needs iproute2 (ip)"
             name = f"rtprobe{os.getpid()}"
             subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
             subprocess.run(["ip", "netns", "del", name], check=True, capture_output=True)
             return None
-        if shutil.which("mkfs.ext4") is None:
-            return "needs mkfs.ext4 (e2fsprogs)"
         with tempfile.TemporaryDirectory(prefix="rt-chaos-probe-") as tmp:
+            if need == TMPFS:
+                TmpfsDisk(Path(tmp) / "mnt", 16 << 20).close()
+                return None
+            if shutil.which("mkfs.ext4") is None:
+                return "needs mkfs.ext4 (e2fsprogs)"
             LoopDisk(Path(tmp) / "probe.img", Path(tmp) / "mnt", 16 << 20).close()
         return None
     except (OSError, subprocess.CalledProcessError) as exc:
@@ -151,7 +163,7 @@ class World:
         self.journals = work / "journals"
         self.journals.mkdir(parents=True, exist_ok=True)
         self.network: Network | None = None
-        self.disks: dict[str, LoopDisk] = {}
+        self.disks: dict[str, Disk] = {}
         self.clock_files = {n: work / "clock" / n for n in names}
         self.apps: dict[str, Daemon] = {}
         self.epoch = time.time()
@@ -173,8 +185,13 @@ class World:
                 self._stack.callback(self.network.close)
                 extra["nodes"] = [{"name": n, "host": self.network.address(n)} for n in names]
             if faults & {FaultKind.DISK_FULL, FaultKind.POWER_LOSS}:
+                loop = FaultKind.POWER_LOSS in faults or probe(LOOP) is None
                 for n in names:
-                    disk = LoopDisk(work / "disks" / f"{n}.img", work / "data" / n, DISK_BYTES)
+                    disk = (
+                        LoopDisk(work / "disks" / f"{n}.img", work / "data" / n, DISK_BYTES)
+                        if loop
+                        else TmpfsDisk(work / "data" / n, TMPFS_BYTES)
+                    )
                     self.disks[n] = disk
                     self._stack.callback(disk.close)
             publishers = {h: [f"t{i}"] for i, h in enumerate(load.publishers, start=1)}

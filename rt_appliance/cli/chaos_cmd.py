@@ -37,8 +37,9 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     default=_DEFAULT_FAULTS,
     show_default=True,
     callback=_faults,
-    help="Comma-separated faults to draw from. partition, disk-full and power-loss need root "
-    "(without it they are left out and the report says so).",
+    help="Comma-separated faults to draw from. partition, disk-full and power-loss need root; "
+    "without it the run moves into a user namespace, where partitions work, full disks "
+    "are tmpfs and power-loss is left out (the report says what was left out and why).",
 )
 @click.option(
     "--seed",
@@ -107,9 +108,22 @@ def chaos(
     apart. Writes report.json, report.md and timeline.png to --workdir.
     Exit status 1 on any violation; the seed is printed either way.
     """
+    from rt_appliance.chaos import userns
     from rt_appliance.chaos.schedule import draw_schedule
 
     seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    if userns.wanted(faults) and not schedule_only:
+        why = userns.unavailable()
+        if why is None:
+            click.echo(
+                "rt chaos: not root; going on in a user namespace of its own (partitions, "
+                "and full disks on tmpfs; power-loss needs root)",
+                err=True,
+            )
+            userns.reexec([*sys.argv[1:], "--seed", str(seed)])
+        click.echo(f"rt chaos: no user namespace ({why})", err=True)
+    if userns.inside():
+        userns.prepare()
     seconds = minutes * 60
     if schedule_only:
         from rt_appliance.chaos.world import available_faults

@@ -28,9 +28,28 @@ package:
 
 # The decoders of tests/fuzz with a large budget (FUZZ_EXAMPLES random inputs per
 # property, 200,000 by default); `make test` runs them with hypothesis's default 100.
+# Then each atheris target of fuzz/ (coverage-guided) for FUZZ_SECONDS, the compiled record
+# walk built with clang and AddressSanitizer; corpus and findings stay in FUZZ_DIR/<target>.
+# clang (and llvm-symbolizer) come from Debian's packages, installed only if missing (root).
 FUZZ_EXAMPLES ?= 200000
-fuzz: $(STAMP)
+FUZZ_SECONDS  ?= 600
+FUZZ_DIR      ?= /tmp/rt-fuzz
+FUZZ_STAMP    := $(VENV)/.installed-fuzz
+
+$(FUZZ_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,fuzz]'
+	touch $(FUZZ_STAMP)
+
+fuzz: $(FUZZ_STAMP)
+	@command -v clang >/dev/null && command -v llvm-symbolizer >/dev/null || { \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "clang is missing; install it as root with: apt-get install -y clang llvm" >&2; \
+	    exit 1; \
+	  fi; \
+	  apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends clang llvm; }
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q tests/fuzz
+	$(PY) -m fuzz.run all --seconds $(FUZZ_SECONDS) --workdir $(FUZZ_DIR)
 
 # rt chaos: a 3-node stream under load for CHAOS_MINUTES with every fault this machine
 # allows (partition, disk-full and power-loss need root), then the checker's verdict

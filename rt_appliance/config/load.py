@@ -30,17 +30,24 @@ class ConfigError(UsageError):
         self.problems = problems
 
 
-def _lines(node: yaml.Node, loc: Loc, out: dict[Loc, int]) -> None:
-    """Record the (1-based) line of every mapping value and list item under ``node``."""
+def _lines(node: yaml.Node, loc: Loc, out: dict[Loc, int], seen: set[int]) -> None:
+    """Record the (1-based) line of every mapping value and list item under ``node``.
+
+    A node an alias repeats is walked once (``seen``): an alias may name a node that holds
+    it, and aliases of aliases repeat a node exponentially often.
+    """
     out[loc] = node.start_mark.line + 1
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
             child = (*loc, str(key.value))
-            _lines(value, child, out)
+            _lines(value, child, out, seen)
             out[child] = key.start_mark.line + 1  # a field's line is its key's line
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _lines(item, (*loc, i), out)
+            _lines(item, (*loc, i), out, seen)
 
 
 def _line_of(loc: Loc, lines: dict[Loc, int]) -> int:
@@ -54,7 +61,9 @@ def parse_config(text: str, path: str = "<config>") -> StreamConfig:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
+        # ValueError: a scalar YAML cannot convert (an integer of more than 4300 digits, a
+        # 13th month); RecursionError: collections nested too deep for the parser.
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise ConfigError(
@@ -66,7 +75,7 @@ def parse_config(text: str, path: str = "<config>") -> StreamConfig:
         )
     lines: dict[Loc, int] = {}
     if node is not None:
-        _lines(node, (), lines)
+        _lines(node, (), lines, set())
     try:
         return StreamConfig.model_validate(data)
     except ValidationError as exc:
@@ -88,4 +97,6 @@ def load_config(path: str | Path) -> StreamConfig:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(str(path), [f"{path}: cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"{path}: not UTF-8 text: byte {exc.start}"]) from None
     return parse_config(text, str(path))

@@ -149,7 +149,7 @@ def decode_file_header(data: bytes) -> FileHeader | str:
     """Decode a file header from the first bytes of a file.
 
     Returns the header, or a string saying why ``data`` is not a valid one
-    (too short, wrong magic, unknown version, bad CRC).
+    (too short, wrong magic, unknown version, bad CRC, a field no writer writes).
     """
     if len(data) < HEADER_FIXED.size:
         return f"header needs {HEADER_FIXED.size} bytes, file has {len(data)}"
@@ -165,6 +165,10 @@ def decode_file_header(data: bytes) -> FileHeader | str:
     (crc,) = HEADER_CRC.unpack_from(data, size - HEADER_CRC.size)
     if zlib.crc32(data[: size - HEADER_CRC.size]) != crc:
         return "header CRC mismatch"
+    if kind not in (FILE_KIND_PUBLISHER, FILE_KIND_MERGED) or data[11]:  # 11: reserved, 0
+        return f"unknown file kind {kind} or reserved byte {data[11]}"
+    if tlen > MAX_TOPIC_BYTES or hlen > MAX_HOST_BYTES:
+        return f"topic of {tlen} or host of {hlen} bytes: longer than names can be"
     names = data[HEADER_FIXED.size : size - HEADER_CRC.size]
     try:
         topic, host = names[:tlen].decode(), names[tlen:].decode()

@@ -101,7 +101,9 @@ def encode_control(fields: dict[str, Any]) -> bytes:
 def decode_control(frame_type: int, body: bytes) -> dict[str, Any]:
     try:
         fields = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError: not UTF-8, not JSON, or an integer of more than 4300 digits (Python's
+        # limit on int("...")); RecursionError: arrays or objects nested too deep to parse.
         raise FrameError(f"{_name(frame_type)} frame is not JSON: {exc}") from None
     if not isinstance(fields, dict):
         raise FrameError(f"{_name(frame_type)} frame is not a JSON object")

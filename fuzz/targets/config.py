@@ -8,10 +8,10 @@ other exception is a traceback instead of an answer.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from fuzz.targets import Target
+from fuzz.targets.memfile import MemFile
 from rt_appliance.config.load import ConfigError, load_config
 
 __all__ = ["EXAMPLE", "TARGET", "check"]
@@ -24,21 +24,11 @@ def seeds() -> list[bytes]:
     return [example, example[: len(example) // 2], b"stream: {}\nnodes: []\n", b""]
 
 
-_memfd = -1
-
-
-def _as_file(content: bytes) -> Path:
-    """``content`` as the one file this process reuses (a memfd, opened by path)."""
-    global _memfd
-    if _memfd < 0:
-        _memfd = os.memfd_create("rt-fuzz-config", os.MFD_CLOEXEC)
-    os.ftruncate(_memfd, 0)
-    os.pwrite(_memfd, content, 0)
-    return Path(f"/proc/self/fd/{_memfd}")
+_FILE = MemFile("rt-fuzz-config")
 
 
 def check(data: bytes) -> None:
-    path = _as_file(data)
+    path = _FILE.holding(data)
     try:
         load_config(path)
     except ConfigError as exc:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import array
 import ctypes
-import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,6 +30,7 @@ from types import ModuleType
 
 from fuzz.targets import Target
 from fuzz.targets.draw import Draw
+from fuzz.targets.memfile import MemFile
 from rt_appliance.errors import CorruptLogError
 from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.log import scan as scan_module
@@ -174,18 +174,7 @@ def _scans(buf: bytes, start: int, limit: int) -> list[tuple[object, ...]]:
     return out
 
 
-_memfd = -1
-
-
-def _as_file(content: bytes) -> Path:
-    """``content`` as the one file this process reuses: a memfd, opened by path like any
-    stream file (no disk writes, nothing left behind)."""
-    global _memfd
-    if _memfd < 0:
-        _memfd = os.memfd_create("rt-fuzz-walk", os.MFD_CLOEXEC)
-    os.ftruncate(_memfd, 0)
-    os.pwrite(_memfd, content, 0)
-    return Path(f"/proc/self/fd/{_memfd}")
+_FILE = MemFile("rt-fuzz-walk")
 
 
 def _read_file(path: Path, flags: int, limit: int) -> list[tuple[object, ...]]:
@@ -230,7 +219,7 @@ def check(data: bytes) -> None:
     assert found == expected, f"scan: compiled {found} != Python {expected}"
     if flags & FILE:
         kind = FILE_KIND_MERGED if flags & MERGED else FILE_KIND_PUBLISHER
-        path = _as_file(encode_file_header(kind, 1, 0, 0, "trades", "pub-1") + buf)
+        path = _FILE.holding(encode_file_header(kind, 1, 0, 0, "trades", "pub-1") + buf)
         found = _read_file(path, flags, limit)
         with _python_walk():
             expected = _read_file(path, flags, limit)

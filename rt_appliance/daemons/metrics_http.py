@@ -8,6 +8,8 @@ descriptors for ever. This server serves the same ``/metrics`` text, but:
 * a request must arrive whole within :data:`REQUEST_TIMEOUT_S` of the connection, or
   the connection is shut (a slow-loris client cannot stretch it byte by byte);
 * at most :data:`MAX_CONNECTIONS` are served at once; more are closed at accept;
+* it starts without looking its own address up in DNS (http.server's ``getfqdn``,
+  which held each start for 10 s where DNS was out of reach);
 * every refusal (malformed request, over-long line, too many headers, timeout, too
   many connections) is counted in ``rt_metrics_http_rejected_total{reason}`` and
   logged, at most once per reason every :data:`LOG_EVERY_S` seconds.
@@ -20,7 +22,7 @@ import logging
 import socket
 import threading
 import time
-from socketserver import ThreadingMixIn
+from socketserver import TCPServer, ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -100,6 +102,13 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self._lock = threading.Lock()
         super().__init__((host, port), _Handler)
         self.set_app(make_wsgi_app(registry))
+
+    def server_bind(self) -> None:
+        """Bind, without http.server's reverse lookup of our own address (``getfqdn``):
+        where DNS cannot be reached that lookup held every daemon's start for 10 s."""
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
+        self.setup_environ()
 
     def refused(self, reason: str, detail: str) -> None:
         self.rejected.labels(reason).inc()

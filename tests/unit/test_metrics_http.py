@@ -121,3 +121,20 @@ def test_connections_beyond_the_limit_are_closed_and_the_rest_time_out(
     finally:
         for sock in idle:
             sock.close()
+
+
+def test_starting_looks_nothing_up_in_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """http.server looks its own address up (``getfqdn``); where DNS is out of reach (a
+    node in a network namespace, rt chaos) that held every daemon's start for 10 s."""
+
+    def lookup(name: str = "") -> str:
+        raise AssertionError(f"a DNS lookup of {name!r} at start")
+
+    monkeypatch.setattr(socket, "getfqdn", lookup)
+    made = metrics_http.start(CollectorRegistry(), "127.0.0.1", 0)
+    try:
+        assert made.server_name == "127.0.0.1"
+        assert "python_info" not in _scrape(made)  # an empty registry, served
+    finally:
+        made.shutdown()
+        made.server_close()

@@ -171,41 +171,74 @@ def judge_copies(verdict: Verdict, reference: str, logs: Mapping[str, Sequence[D
         verdict["divergent"].add(1, [f"{name}: {what}"])
 
 
-def is_prefix(short: Mapping[str, bytes], long: Mapping[str, bytes]) -> bool:
-    """Whether the stream files ``short`` ({name: bytes}) are the start of ``long``: the
-    same files with the same bytes, except that the last of them may be cut short and
-    later files may be missing. A log that is behind, not one that differs."""
-    if not set(short) <= set(long):
-        return False
-    names = sorted(long, key=file_order)
-    held = [n for n in names if n in short]
-    if held != names[: len(held)]:
-        return False
-    for i, name in enumerate(held):
-        a, b = short[name], long[name]
-        if a == b:
+def judge_slice(
+    verdict: Verdict, name: str, got: Sequence[Delivery], reference: str, want: Sequence[Delivery]
+) -> None:
+    """``divergent`` unless ``got`` (a node's merged log) is one unbroken run of ``want``
+    (what the reference application delivered, from the first message on): the whole
+    of it, or what is left once the archiver has pruned the oldest files, or a log that
+    is behind."""
+    if not got:
+        return
+    first = next((i for i, d in enumerate(want) if d == got[0]), None)
+    if first is None:
+        verdict["divergent"].add(1, [f"{name}: its first message {got[0]!r} not in {reference}"])
+        return
+    run = list(want[first : first + len(got)])
+    if run == list(got):
+        return
+    at = next((i for i, (a, b) in enumerate(zip(run, got, strict=False)) if a != b), len(run))
+    theirs = run[at] if at < len(run) else "nothing"
+    verdict["divergent"].add(
+        1, [f"{name}: message #{first + at + 1} is {got[at]!r}, {theirs!r} in {reference}"]
+    )
+
+
+def compare_files(files: Mapping[str, bytes], ref: Mapping[str, bytes]) -> str | None:
+    """How the stream files ``files`` ({name: bytes}) stand against ``ref``: ``None`` if
+    they hold the same from where both begin, ``"behind"`` if they stop earlier (the
+    last file cut short, later files missing), else the first file that differs. The
+    oldest files of either may be gone: the archiver prunes them."""
+    mine, theirs = sorted(files, key=file_order), sorted(ref, key=file_order)
+    if not mine:
+        return "behind" if theirs else None
+    if not theirs:
+        return mine[0]
+    start = max(file_order(mine[0]), file_order(theirs[0]))
+    mine = [n for n in mine if file_order(n) >= start]
+    theirs = [n for n in theirs if file_order(n) >= start]
+    for i, name in enumerate(mine):
+        if i >= len(theirs) or theirs[i] != name:
+            return name
+        if files[name] == ref[name]:
             continue
-        if i != len(held) - 1 or not b.startswith(a):
-            return False
-    return True
+        if i != len(mine) - 1 or not ref[name].startswith(files[name]):
+            return name
+        return "behind"
+    return None if len(mine) == len(theirs) else "behind"
+
+
+def _end(files: Mapping[str, bytes]) -> tuple[tuple[int, ...], int]:
+    """Where a log ends: its last file, and that file's size."""
+    if not files:
+        return ((), 0)
+    last = max(files, key=file_order)
+    return (file_order(last), len(files[last]))
 
 
 def judge_logs(verdict: Verdict, logs: Mapping[str, Mapping[str, bytes]]) -> list[str]:
-    """Compare every merged log and copy with the longest one: ``divergent`` for each that
-    differs in content; returns the names of those that are only behind (a prefix)."""
+    """Compare every merged log and copy with the one that reaches furthest: ``divergent``
+    for each that differs in content; returns the names of those that are only behind."""
     if not logs:
         return []
-    sizes = {name: sum(len(b) for b in files.values()) for name, files in logs.items()}
-    longest = max(sizes, key=lambda name: sizes[name])
+    furthest = max(logs, key=lambda name: _end(logs[name]))
     behind = []
     for name, files in logs.items():
-        if files == logs[longest]:
+        if name == furthest:
             continue
-        if is_prefix(files, logs[longest]):
+        found = compare_files(files, logs[furthest])
+        if found == "behind":
             behind.append(name)
-        else:
-            ref = logs[longest]
-            order = sorted(ref, key=file_order)
-            first = next((f for f in order if files.get(f) != ref[f]), "a file only it has")
-            verdict["divergent"].add(1, [f"{name}: differs from {longest} in {first}"])
+        elif found is not None:
+            verdict["divergent"].add(1, [f"{name}: differs from {furthest} in {found}"])
     return behind

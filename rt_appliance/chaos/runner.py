@@ -16,6 +16,7 @@ from rt_appliance.chaos.checker import (
     judge_copies,
     judge_logs,
     judge_reader,
+    judge_slice,
 )
 from rt_appliance.chaos.history import (
     Delivery,
@@ -186,18 +187,17 @@ def _judge(world: World, result: ChaosResult) -> None:
     if behind and not result.stuck:
         verdict["stuck"].add(1, [f"behind the others: {', '.join(behind)}"])
     identical = len({tuple(sorted(c.items())) for c in contents.values()}) == 1
-    readers: dict[str, list[Delivery]] = {}
-    nodes = list(merged) if not identical else list(merged)[:1]
-    for name in nodes:
-        readers[name] = _read(merged[name], verdict, name)
-    for sub in world.load.subscribers:
-        readers[f"app-{sub}"] = read_delivered(world.journal(sub))
-    reference = nodes[0]
-    for name, delivered in readers.items():
+    # The applications delivered every message from the first on; the logs and copies
+    # may have lost their oldest files to the archiver since. So the applications are
+    # judged against the publishers' journals, and each merged log against them.
+    apps = {f"app-{sub}": read_delivered(world.journal(sub)) for sub in world.load.subscribers}
+    reference = next(iter(apps))
+    for name, delivered in apps.items():
         judge_reader(verdict, name, delivered, histories)
-    apps = {name: got for name, got in readers.items() if name.startswith("app-")}
-    judge_copies(verdict, reference, {reference: readers[reference], **apps})
-    count_unacked(verdict, readers[reference], histories)
+    judge_copies(verdict, reference, apps)
+    for name in list(merged) if not identical else list(merged)[:1]:
+        judge_slice(verdict, name, _read(merged[name], verdict, name), reference, apps[reference])
+    count_unacked(verdict, apps[reference], histories)
 
 
 def _read(directory: Path, verdict: Verdict, name: str) -> list[Delivery]:

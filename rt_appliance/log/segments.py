@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from rt_appliance.clock import wall_ns
 from rt_appliance.errors import LogError, LogLockedError
 from rt_appliance.limits import MAX_SESSION
 from rt_appliance.log.naming import file_name, parse_file_name
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "TEMPORARY_SUFFIX",
@@ -200,7 +203,10 @@ class DirectoryLock:
                 f"{directory} already has a writer (pid {holder}); one writer per directory"
             ) from exc
         os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the pid is for people reading the file: the flock is the lock
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: go on holding the lock, without the note
+            log.warning("%s: cannot write our pid into it (%s); the lock holds", self.path, exc)
 
     def release(self) -> None:
         if self._fd >= 0:

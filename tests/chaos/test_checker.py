@@ -9,11 +9,12 @@ import pytest
 from rt_appliance.chaos.apps import restart_position, resume_point
 from rt_appliance.chaos.checker import (
     Verdict,
+    compare_files,
     count_unacked,
-    is_prefix,
     judge_copies,
     judge_logs,
     judge_reader,
+    judge_slice,
 )
 from rt_appliance.chaos.history import read_delivered, read_journal
 
@@ -90,14 +91,48 @@ def test_a_subscriber_that_delivered_something_else_diverges() -> None:
 
 def test_a_log_behind_is_not_a_log_that_differs() -> None:
     full = {"log.1.0": b"abcdef", "log.1.1": b"ghij"}
-    assert is_prefix({"log.1.0": b"abcdef", "log.1.1": b"gh"}, full)
-    assert is_prefix({"log.1.0": b"abc"}, full)
-    assert not is_prefix({"log.1.0": b"abc", "log.1.1": b"ghij"}, full)  # a hole
-    assert not is_prefix({"log.1.0": b"abXdef"}, full)
+    assert compare_files(full, full) is None
+    assert compare_files({"log.1.0": b"abcdef", "log.1.1": b"gh"}, full) == "behind"
+    assert compare_files({"log.1.0": b"abc"}, full) == "behind"
+    assert compare_files({}, full) == "behind"
+    assert compare_files({"log.1.0": b"abc", "log.1.1": b"ghij"}, full) == "log.1.0"  # a hole
+    assert compare_files({"log.1.0": b"abXdef"}, full) == "log.1.0"
     verdict = Verdict()
     logs = {"rt-1": full, "rt-2": {"log.1.0": b"abc"}, "rt-3": {"log.1.0": b"abXdef"}}
     assert judge_logs(verdict, logs) == ["rt-2"]
     assert verdict["divergent"].count == 1 and "rt-3" in verdict["divergent"].examples[0]
+
+
+def test_a_log_whose_oldest_files_were_pruned_is_not_a_log_that_differs() -> None:
+    full = {"log.1.0": b"ab", "log.1.1": b"cd", "log.1.2": b"ef"}
+    pruned = {"log.1.1": b"cd", "log.1.2": b"ef"}
+    assert compare_files(pruned, full) is None
+    assert compare_files(full, pruned) is None  # the furthest log may be the pruned one
+    assert compare_files({"log.1.1": b"cd", "log.1.2": b"e"}, full) == "behind"
+    assert compare_files({"log.1.1": b"cd", "log.1.3": b"gh"}, full) == "log.1.3"  # a hole
+    assert compare_files({"log.1.2": b"eX"}, full) == "log.1.2"
+    verdict = Verdict()
+    assert judge_logs(verdict, {"rt-1": full, "rt-2": pruned, "sub-1": {"log.1.2": b"ef"}}) == []
+    assert verdict.safe
+
+
+def test_a_merged_log_must_be_one_unbroken_run_of_what_the_subscribers_delivered() -> None:
+    """The subscriber applications delivered everything from the first message on; a
+    node's log may have lost its oldest files to the archiver, or be behind."""
+    app = [("t1", "pub-1", str(i)) for i in range(10)]
+    for node_log in (app, app[4:], app[:7], app[4:7], []):
+        verdict = Verdict()
+        judge_slice(verdict, "rt-1", node_log, "app-sub-1", app)
+        assert verdict.safe, node_log
+    for node_log, expected in (
+        (app[4:6] + app[7:], "message #7"),  # one missing in the middle
+        ([*app[4:6], app[5], *app[6:]], "message #7"),  # one twice
+        ([("t1", "pub-1", "x"), *app], "its first message"),  # one never delivered
+    ):
+        verdict = Verdict()
+        judge_slice(verdict, "rt-1", node_log, "app-sub-1", app)
+        assert verdict["divergent"].count == 1, node_log
+        assert expected in verdict["divergent"].examples[0]
 
 
 def test_a_subscriber_restarts_after_its_last_whole_batch(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import LogFullError, Publisher
-from rt_appliance.log.segments import list_files
+from rt_appliance.errors import LogLockedError
+from rt_appliance.log.segments import DirectoryLock, list_files
 from tests.helpers import check_whole_log, python, read_all, snapshot
 
 pytestmark = pytest.mark.fault
@@ -119,3 +120,26 @@ def test_disk_full(small_tmpfs: Path) -> None:
         pub.publish(b"after space was freed")
         sent = [*sent[kept_from:], b"after space was freed"]
     check_whole_log(small_tmpfs / "t.h", sent)
+
+
+@pytest.mark.root
+def test_a_directory_lock_is_taken_on_a_full_disk(small_tmpfs: Path) -> None:
+    """Every daemon locks its directories at start; the pid it notes in the lock file
+    needs a block. On a full disk that note used to fail and the daemon exited (status
+    1, found by rt chaos): now the lock holds without it."""
+    directory = small_tmpfs / "merged"
+    directory.mkdir()
+    DirectoryLock(directory).release()  # an empty lock file, as a clean stop leaves it
+    fd = os.open(small_tmpfs / "ballast", os.O_WRONLY | os.O_CREAT)
+    try:
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                os.write(fd, b"\0" * 4096)
+    finally:
+        os.close(fd)
+    held = DirectoryLock(directory)
+    try:
+        with pytest.raises(LogLockedError, match="already has a writer"):
+            DirectoryLock(directory)
+    finally:
+        held.release()

@@ -87,16 +87,16 @@ class Monitor:
 
 def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float | None:
     """Seconds from ``healed_at`` until every node answers, a leader is named, and the
-    stream moves again: the merged log has grown past what any node held at
-    ``healed_at``, or every node has caught up (the same commit index and merged
-    sequence everywhere: nothing left to move once the publishers have stopped).
-    None if never."""
+    stream moves again: a node has merged past the furthest any had at ``healed_at``,
+    or every node has caught up (the same commit index and merged sequence
+    everywhere: nothing left to move once the publishers have stopped). None if
+    never. Merged sequences, not bytes: the archiver's pruning makes the bytes shrink."""
     before = [s for s in samples if s.t <= healed_at]
-    mark = max((s.merged_bytes for s in before[-3:]), default=0)
+    mark = max((max(s.merged_seq.values(), default=0) for s in before[-3:]), default=0)
     for s in samples:
         if s.t < healed_at or not s.leader or len(s.commit_index) != nodes:
             continue
         caught_up = len(set(s.commit_index.values())) == 1 and len(set(s.merged_seq.values())) == 1
-        if s.merged_bytes > mark or caught_up:
+        if max(s.merged_seq.values(), default=0) > mark or caught_up:
             return round(s.t - healed_at, 2)
     return None

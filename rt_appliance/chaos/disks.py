@@ -23,6 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from rt_appliance.log.segments import fsync_dir
+
 __all__ = ["Disk", "LoopDisk", "TmpfsDisk"]
 
 BALLAST = ".chaos-ballast"
@@ -74,9 +76,12 @@ class Disk:
         return taken
 
     def drain(self) -> None:
-        """Give the ballast's room back."""
+        """Give the ballast's room back, durably: a power loss soon after must not bring
+        the ballast back (an unlink not yet synced is undone by one), which would leave
+        the disk full long after the fault."""
         with contextlib.suppress(FileNotFoundError):
             (self.mountpoint / BALLAST).unlink()
+            fsync_dir(self.mountpoint)
 
     def snapshot(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} cannot lose power")

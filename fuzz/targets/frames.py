@@ -18,7 +18,7 @@ from rt_appliance.errors import FrameError, TransportError
 from rt_appliance.transport import framing
 from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame
 
-__all__ = ["TARGET", "check", "input_for"]
+__all__ = ["TARGET", "check", "input_for", "read_all_frames"]
 
 LIMITS = (1 << 16, 1, 2, 5, 64)
 _HEAD = FRAME_HEADER.size
@@ -44,7 +44,8 @@ def seeds() -> list[bytes]:
     ]
 
 
-async def _read_all(stream: bytes, limit: int) -> tuple[list[tuple[int, bytes]], Exception]:
+async def read_all_frames(stream: bytes, limit: int) -> tuple[list[tuple[int, bytes]], Exception]:
+    """Every frame ``read_frame`` takes from ``stream``, and the error it then raised."""
     reader = asyncio.StreamReader()
     reader.feed_data(stream)
     reader.feed_eof()
@@ -69,7 +70,7 @@ def _run(stream: bytes, limit: int, slice_bytes: int) -> tuple[list[tuple[int, b
     saved = framing.SLICE_BYTES
     framing.SLICE_BYTES = slice_bytes
     try:
-        return _loop.run_until_complete(_read_all(stream, limit))
+        return _loop.run_until_complete(read_all_frames(stream, limit))
     finally:
         framing.SLICE_BYTES = saved
 

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from fuzz.targets.frames import read_all_frames
 from rt_appliance.config.load import ConfigError, parse_config
-from rt_appliance.errors import FrameError, TransportError
+from rt_appliance.errors import FrameError
 from rt_appliance.log.format import FileHeader, decode_file_header, encode_file_header
 from rt_appliance.replicate.messages import (
     decode_control,
@@ -30,7 +31,7 @@ from rt_appliance.replicate.messages import (
 )
 from rt_appliance.sequencer.control import _positions
 from rt_appliance.sequencer.raft import restricted_loads
-from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame
+from rt_appliance.transport.framing import FRAME_HEADER, encode_frame
 
 pytestmark = pytest.mark.unit
 
@@ -40,19 +41,7 @@ LIMIT = 1 << 16
 
 def _read_frames(data: bytes) -> list[tuple[int, bytes]]:
     """Every frame ``read_frame`` takes from ``data`` before it raises."""
-
-    async def go() -> list[tuple[int, bytes]]:
-        reader = asyncio.StreamReader()
-        reader.feed_data(data)
-        reader.feed_eof()
-        frames: list[tuple[int, bytes]] = []
-        while True:
-            try:
-                frames.append(await read_frame(reader, LIMIT))
-            except (FrameError, TransportError):
-                return frames
-
-    return asyncio.run(go())
+    return asyncio.run(read_all_frames(data, LIMIT))[0]
 
 
 @given(st.binary(max_size=512))

@@ -17,6 +17,7 @@ it: files created but never synced vanish, appends not synced are cut.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import subprocess
@@ -36,14 +37,15 @@ def _run(*command: str) -> None:
         raise OSError(f"{' '.join(command)} failed: {(done.stderr or done.stdout).strip()}")
 
 
-class Disk:
+class Disk(abc.ABC):
     """A filesystem mounted at ``mountpoint`` that :meth:`fill` can fill with ballast."""
 
     mountpoint: Path
     mounted: bool = False
 
+    @abc.abstractmethod
     def mount(self) -> None:
-        raise NotImplementedError
+        """Mount the filesystem at :attr:`mountpoint`."""
 
     def unmount(self, attempts: int = 50) -> None:
         """Unmount, retrying while a process that just exited still holds it."""
@@ -82,12 +84,6 @@ class Disk:
         with contextlib.suppress(FileNotFoundError):
             (self.mountpoint / BALLAST).unlink()
             fsync_dir(self.mountpoint)
-
-    def snapshot(self) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot lose power")
-
-    def restore(self) -> None:
-        raise NotImplementedError(f"{type(self).__name__} cannot lose power")
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rt_appliance.chaos.disks import LoopDisk
 from rt_appliance.chaos.schedule import Fault
 from rt_appliance.chaos.world import World
 from rt_appliance.log.segments import list_files
@@ -178,17 +179,20 @@ class Nemesis:
             disk.drain()
 
     def _power_loss(self, fault: Fault, record: Injected, rng: random.Random) -> None:
+        disks = [d for d in self.world.disks.values() if isinstance(d, LoopDisk)]
+        if not disks or len(disks) != len(self.world.disks):
+            raise RuntimeError("power loss needs every node on a loop-mounted disk")
         names = self.stream.node_names
         daemons = [d for n in names for d in self.stream.node_daemons(n).values() if d.running]
         for d in daemons:
             d.send(signal.SIGSTOP)  # every node at the same instant
         try:
-            for disk in self.world.disks.values():
+            for disk in disks:
                 disk.snapshot()
         finally:
             for d in daemons:
                 d.kill(signal.SIGKILL)
-        for disk in self.world.disks.values():
+        for disk in disks:
             disk.restore()
         record.did = f"power lost on {', '.join(names)}: unsynced writes gone"
         self._hold(fault.duration_s)

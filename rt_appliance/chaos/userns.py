@@ -20,12 +20,12 @@ from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
 from rt_appliance.chaos.schedule import FaultKind
+from rt_appliance.chaos.world import ROOT_FAULTS
 
 __all__ = ["INSIDE_ENV", "inside", "prepare", "reexec", "unavailable", "wanted"]
 
 INSIDE_ENV = "RT_CHAOS_USERNS"  # set in the re-executed run
 _UNSHARE = ["unshare", "--user", "--map-root-user", "--net", "--mount"]
-_NEEDS_ROOT = {FaultKind.PARTITION, FaultKind.DISK_FULL, FaultKind.POWER_LOSS}
 
 
 def inside() -> bool:
@@ -35,7 +35,7 @@ def inside() -> bool:
 def wanted(faults: Iterable[str]) -> bool:
     """Whether a run with ``faults`` should move into a user namespace: not root, not
     there yet, and asked for a fault that needs one."""
-    return os.geteuid() != 0 and not inside() and any(FaultKind(f) in _NEEDS_ROOT for f in faults)
+    return os.geteuid() != 0 and not inside() and any(FaultKind(f) in ROOT_FAULTS for f in faults)
 
 
 def unavailable() -> str | None:

@@ -56,13 +56,32 @@ def filter_records(records: Records, watermark: int | None) -> tuple[bytes, int,
     return b"".join(kept), len(kept), high
 
 
+@dataclass(frozen=True, slots=True)
+class _Walked:
+    """Where a walk of a file ended: its valid end and the last record before it."""
+
+    key: tuple[int, int]  # (session, roll) of the file
+    inode: int
+    end: int
+    last: int  # offset of the last whole record before ``end``; -1: none (the header)
+    last_header: bytes  # that record's header: its CRC, length, timestamp and id
+
+    def still_holds(self, fd: int, key: tuple[int, int], st: os.stat_result) -> bool:
+        """Whether the walk can go on from ``end``: same file, not cut, same last record."""
+        if key != self.key or st.st_ino != self.inode or st.st_size < self.end:
+            return False
+        if self.last < 0:
+            return True
+        return os.pread(fd, len(self.last_header), self.last) == self.last_header
+
+
 class InputDir:
     """One input directory: its files and the valid end of the newest one."""
 
     def __init__(self, path: Path, sync: bool) -> None:
         self.path, self.name, self._sync = path, path.name, sync
         self._listing = ListingCache(path, list_files)
-        self._scanned: tuple[tuple[int, int], int] | None = None  # (file key, valid end)
+        self._walked: _Walked | None = None  # where the last walk of the newest file ended
         self._synced: tuple[tuple[int, int], int] | None = None
 
     def files(self) -> list[StreamFile]:
@@ -90,43 +109,61 @@ class InputDir:
         return Position.of(newest.session, newest.roll, end)
 
     def _valid_end(self, f: StreamFile) -> int | None:
-        """End of the whole records of ``f`` (walking only what is new).
+        """End of the whole records of ``f``, walking only what is new since the last call.
 
-        Record boundaries only: the push server checked every CRC before writing, and
-        whoever merges the bytes checks them again (the leader record by record when it
-        plans, every node against the committed CRC when it merges).
+        The push server checks every CRC before it writes, so new bytes are walked by
+        their length fields only. Two cases need more, because another process owns the
+        file and cuts it on its start (a torn tail after a crash or a power loss, damage
+        found in the last file) before appending again:
+
+        - a walk from the file header checks every record: what a crash left (a record
+          of zeros from a block that never reached the disk) must not count;
+        - a walk resumes from where the last one ended only if that is still the same
+          file, not shorter, and still holds the same last record there. Otherwise the
+          file was cut (and maybe written again) meanwhile, and resuming could land in
+          the middle of a record: it is walked again from its header.
         """
-        start: int | None = None
-        if self._scanned is not None and self._scanned[0] == f.key:
-            start = self._scanned[1]
         try:
             fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         try:
-            if start is None:
+            st = os.fstat(fd)
+            walked = self._walked
+            if walked is not None and walked.still_holds(fd, f.key, st):
+                end, last, last_header = walked.end, walked.last, walked.last_header
+                verify = False
+            else:
+                if walked is not None and walked.key == f.key:
+                    log.warning(
+                        "input %s: %s was cut or replaced below %d since it was last read; "
+                        "reading it again from its start",
+                        self.name,
+                        f.path.name,
+                        walked.end,
+                    )
                 header = decode_file_header(os.pread(fd, _HEADER_PROBE, 0))
                 if isinstance(header, str):
                     return None
-                start = header.header_bytes
-            size = os.fstat(fd).st_size
-            while start < size:
-                buf = os.pread(fd, min(_SCAN_CHUNK, size - start), start)
-                found = scan(buf, 0, 1 << 30, decode=False, verify=False)
+                end, last, last_header, verify = header.header_bytes, -1, b"", True
+            size = st.st_size
+            while end < size:
+                buf = os.pread(fd, min(_SCAN_CHUNK, size - end), end)
+                found = scan(buf, 0, 1 << 30, decode=False, verify=verify)
                 if found.stop_offset == 0:
                     if found.stop is Stop.NEED_MORE and len(buf) >= _SCAN_CHUNK:
                         length = RECORD_HEADER.size + _record_length(buf)
-                        buf = os.pread(fd, length, start)
-                        found = scan(buf, 0, 1, decode=False, verify=False)
-                        if found.stop_offset:
-                            start += found.stop_offset
-                            continue
-                    break
-                start += found.stop_offset
+                        buf = os.pread(fd, length, end)
+                        found = scan(buf, 0, 1, decode=False, verify=verify)
+                    if found.stop_offset == 0:
+                        break
+                last = end + found.offsets[-1]
+                last_header = buf[found.offsets[-1] : found.offsets[-1] + RECORD_HEADER.size]
+                end += found.stop_offset
         finally:
             os.close(fd)
-        self._scanned = (f.key, start)
-        return start
+        self._walked = _Walked(f.key, st.st_ino, end, last, last_header)
+        return end
 
     def first_record(self) -> Position | None:
         """Where the oldest file's records start."""
@@ -168,11 +205,14 @@ class InputDir:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        room = stop - start.offset
         try:
-            buf = os.pread(fd, min(stop - start.offset, max_bytes), start.offset)
+            buf = os.pread(fd, min(room, max_bytes), start.offset)
             found = scan(buf, 0, 1 << 30, payloads=False)
-            if not found.offsets:  # one record larger than max_bytes
+            if not found.offsets and room > max_bytes:  # one record larger than max_bytes
                 length = RECORD_HEADER.size + _record_length(buf)
+                if length > room:  # never past the limit: what a majority holds ends there
+                    return None
                 buf = os.pread(fd, length, start.offset)
                 found = scan(buf, 0, 1, payloads=False)
         finally:

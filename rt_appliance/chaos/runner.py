@@ -30,6 +30,7 @@ from rt_appliance.chaos.nemesis import Injected, Nemesis
 from rt_appliance.chaos.schedule import Fault, Load, draw_schedule
 from rt_appliance.chaos.world import World, available_faults
 from rt_appliance.log.segments import list_files
+from rt_appliance.nodestatus import NodeStatus, leader_of
 from rt_appliance.subscribe import Subscriber
 from rt_appliance.testing.checkers import log_files_or_empty
 
@@ -160,19 +161,35 @@ def _settle(world: World, result: ChaosResult, bound_s: float, progress: Progres
         still = still + 1 if sizes == last and not behind else 0
         last = sizes
         if still >= 3:
-            try:
-                leader = stream.leader()
-            except Exception:
-                leader = None
-            if leader is not None:
+            leader, unmerged = _merge_state(world)
+            if leader is not None and not unmerged:
                 result.settled_s = round(time.monotonic() - began, 1)
                 progress(f"settled after {result.settled_s}s")
                 return
-            behind = ["no leader"]
+            behind = unmerged if leader is not None else ["no leader"]
         time.sleep(1.0)
     result.stuck = behind or ["logs still changing"]
     result.verdict["stuck"].add(1, [f"not settled after {bound_s:.0f}s: {', '.join(behind)}"])
     progress(f"STUCK after {bound_s:.0f}s: {', '.join(result.stuck)}")
+
+
+def _merge_state(world: World) -> tuple[str | None, list[str]]:
+    """The leader the nodes name, and what a reachable node holds but has not merged:
+    logs that stopped changing are not settled while input waits (a stalled merge)."""
+    try:
+        answers = world.stream.node_status()
+    except Exception:
+        return None, []
+    return leader_of(answers), [
+        _unmerged(a) for a in answers.values() if isinstance(a, NodeStatus) and not a.all_merged
+    ]
+
+
+def _unmerged(node: NodeStatus) -> str:
+    waiting = [f"{name} ({i.lag_bytes} B)" for name, i in node.inputs.items() if i.lag_bytes]
+    if waiting:
+        return f"{node.name} holds unmerged input {', '.join(waiting)}"
+    return f"{node.name} wrote merged seq {node.merged_seq} of {node.committed_seq} committed"
 
 
 def _judge(world: World, result: ChaosResult) -> None:

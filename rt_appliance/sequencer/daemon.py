@@ -42,7 +42,6 @@ from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.errors import RTError
-from rt_appliance.log.segments import bytes_after
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
@@ -435,11 +434,7 @@ class Sequencer:
             merged = state.inputs.get(name)
             source = self.inputs.get(name)
             start = Position(merged) if merged is not None else source.first_record()
-            lag = (
-                0
-                if start is None
-                else bytes_after(source.path, start.session, start.roll, start.offset)
-            )
+            lag = 0 if start is None else source.unmerged_bytes(start)
             inputs[name] = {"held": held, "merged": merged, "lag_bytes": lag}
             self.metrics.input_lag.labels(name).set(lag)
         return inputs

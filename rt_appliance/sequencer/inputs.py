@@ -191,6 +191,19 @@ class InputDir:
                 return _end_of(f).offset
         return None
 
+    def unmerged_bytes(self, start: Position) -> int:
+        """Record bytes this node holds from ``start`` on (file headers not counted)."""
+        files = self.files()
+        total = 0
+        for f in files:
+            if f.key < start.file_key:
+                continue
+            end = self._valid_end(f) if f.key == files[-1].key else _end_of(f).offset
+            begin = start.offset if f.key == start.file_key else _header_bytes(f.path)
+            if end is not None and begin is not None:
+                total += max(0, end - begin)
+        return total
+
     def read(self, start: Position, limit: Position, max_bytes: int) -> Records | None:
         """Whole records from ``start`` up to ``limit`` (same file) or the file's valid end,
         at most ``max_bytes`` (at least one record); None if there are none here."""

@@ -121,3 +121,19 @@ def test_a_read_stops_at_the_last_whole_record_below_its_limit(tmp_path: Path) -
         Position.of(1, 0, header + 2 * size), Position.of(1, 0, header + 2 * size + 10), 1 << 20
     )
     assert nothing is None
+
+
+def test_unmerged_bytes_count_whole_records_only(tmp_path: Path) -> None:
+    # rt status's lag_bytes (0: all merged): a newer file holding only its header, or
+    # a torn tail, is nothing to merge
+    records = _records(1, 5)
+    d, path, header = _replica(tmp_path, records)
+    end = header + sum(map(len, records))
+    newer = path.with_name("log.2.0")
+    newer.write_bytes(encode_file_header(FILE_KIND_PUBLISHER, 2, 0, 0, "t1", "pub-1"))
+    assert d.unmerged_bytes(Position.of(1, 0, header)) == end - header
+    assert d.unmerged_bytes(Position.of(1, 0, end)) == 0
+    more = _records(6, 3)
+    _append(newer, b"".join(more) + bytes(17))  # three records and a torn tail
+    assert d.unmerged_bytes(Position.of(1, 0, end)) == sum(map(len, more))
+    assert d.unmerged_bytes(Position.of(2, 0, header + len(more[0]))) == 2 * len(more[0])

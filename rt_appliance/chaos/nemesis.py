@@ -116,7 +116,7 @@ class Nemesis:
     def _partition(self, fault: Fault, record: Injected, rng: random.Random) -> None:
         network = self.world.network
         if network is None:
-            raise RuntimeError("no network namespaces in this run")
+            raise RuntimeError("no network (namespaces or relays) in this run")
         names = self.stream.node_names
         shape, target = fault.variant, fault.target
         if shape == "minority":

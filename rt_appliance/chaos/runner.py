@@ -50,6 +50,7 @@ class ChaosOptions:
     faults: tuple[str, ...] = ()
     rate: float = 200.0  # messages per second per publisher
     settle_s: float = 120.0  # bound on recovery after the faults stop: beyond it, stuck
+    partitions: str = "auto"  # how partitions are made (world.PARTITION_MODES)
 
 
 @dataclass(slots=True)
@@ -74,14 +75,14 @@ Progress = Callable[[str], None]
 
 
 def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
-    faults, unavailable = available_faults(options.faults)
+    faults, unavailable = available_faults(options.faults, options.partitions)
     load = Load()
     schedule = draw_schedule(options.seed, options.seconds, options.nodes, faults, ELECTION_S)
     result = ChaosResult(options, schedule, unavailable)
     for name, why in unavailable.items():
         progress(f"fault {name} not available here: {why}")
     started = time.monotonic()
-    world = World(options.workdir, options.nodes, faults, options.rate, load)
+    world = World(options.workdir, options.nodes, faults, options.rate, load, options.partitions)
     stop = threading.Event()
     try:
         progress(f"starting {options.nodes} nodes, {len(load.publisher_hosts)} publishers")

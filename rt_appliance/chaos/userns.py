@@ -32,10 +32,16 @@ def inside() -> bool:
     return os.environ.get(INSIDE_ENV) == "1"
 
 
-def wanted(faults: Iterable[str]) -> bool:
+def wanted(faults: Iterable[str], partitions: str = "auto") -> bool:
     """Whether a run with ``faults`` should move into a user namespace: not root, not
-    there yet, and asked for a fault that needs one."""
-    return os.geteuid() != 0 and not inside() and any(FaultKind(f) in ROOT_FAULTS for f in faults)
+    there yet, and asked for a fault that needs one (partitions through relays do not)."""
+    needing = [
+        f
+        for f in faults
+        if FaultKind(f) in ROOT_FAULTS
+        and not (FaultKind(f) is FaultKind.PARTITION and partitions == "relays")
+    ]
+    return os.geteuid() != 0 and not inside() and bool(needing)
 
 
 def unavailable() -> str | None:

@@ -7,7 +7,8 @@
   host (two on plain topics, a redundant pair on ``quotes.dedup``) and one
   subscriber application per subscriber host;
 * as root: each node in its own network namespace (:class:`Network`), for
-  partitions, and each node's data directory on its own loop-mounted ext4
+  partitions (where namespaces cannot be made, or asked for: every link through a
+  TCP relay, :mod:`.relays`), and each node's data directory on its own loop-mounted ext4
   (:class:`~rt_appliance.chaos.disks.LoopDisk`), for full disks and power loss; in a
   user namespace (:mod:`.userns`), where loop devices cannot be had, on a tmpfs
   (:class:`~rt_appliance.chaos.disks.TmpfsDisk`), for full disks only;
@@ -28,35 +29,44 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rt_appliance.chaos.disks import Disk, LoopDisk, TmpfsDisk
+from rt_appliance.chaos.relays import RelayNetwork, probe_relays
 from rt_appliance.chaos.schedule import FaultKind, Load
 from rt_appliance.clock import SKEW_ENV
 from rt_appliance.testing.cluster import Daemon
 from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
 from rt_appliance.testing.stream import LocalStream
 
-__all__ = ["ROOT_FAULTS", "Network", "World", "available_faults"]
+__all__ = ["PARTITION_MODES", "ROOT_FAULTS", "Network", "World", "available_faults"]
 
 NETNS = "network namespaces"
+RELAYS = "TCP relays"
 LOOP = "a loop-mounted filesystem"
 TMPFS = "a tmpfs of its own"
-# what each fault needs beyond the stream itself: any one of them will do
+# what each fault needs beyond the stream itself: any one of them will do (the first
+# is preferred); all but the relays need root, or the root of a user namespace
 ROOT_FAULTS: dict[FaultKind, tuple[str, ...]] = {
-    FaultKind.PARTITION: (NETNS,),
+    FaultKind.PARTITION: (NETNS, RELAYS),
     FaultKind.DISK_FULL: (LOOP, TMPFS),
     FaultKind.POWER_LOSS: (LOOP,),
 }
+# how partitions are made: auto (namespaces where they can be made, else relays)
+PARTITION_MODES = {"auto": (NETNS, RELAYS), "namespaces": (NETNS,), "relays": (RELAYS,)}
 DISK_BYTES = 2 << 30  # each node's filesystem (a sparse image)
 TMPFS_BYTES = 1 << 30  # each node's tmpfs (memory, as it fills)
 NETNS_TAG = 30  # namespaces get tags NETNS_TAG + 1 ...
 
 
-def available_faults(wanted: Iterable[str]) -> tuple[list[str], dict[str, str]]:
+def available_faults(
+    wanted: Iterable[str], partitions: str = "auto"
+) -> tuple[list[str], dict[str, str]]:
     """(faults this machine can inject, {fault: why not} for the others): root (or the
     root of a user namespace), the tools, and a namespace and a mount actually made,
-    are each checked once."""
+    are each checked once. ``partitions``: a key of :data:`PARTITION_MODES`."""
     ok, missing = [], {}
     for fault in wanted:
         needs = ROOT_FAULTS.get(FaultKind(fault))
+        if FaultKind(fault) is FaultKind.PARTITION:
+            needs = PARTITION_MODES[partitions]
         if needs is None:
             ok.append(fault)
             continue
@@ -71,6 +81,8 @@ def available_faults(wanted: Iterable[str]) -> tuple[list[str], dict[str, str]]:
 @functools.cache
 def probe(need: str) -> str | None:
     """Why ``need`` cannot be made here, or None if it can."""
+    if need == RELAYS:
+        return probe_relays()
     if os.geteuid() != 0:
         return f"needs root for {need}"
     try:
@@ -152,17 +164,24 @@ class Network:
 
 class World:
     """Everything a chaos run acts on. ``faults``: the faults of the run (decides
-    whether namespaces and loop disks are made)."""
+    whether namespaces, relays and loop disks are made); ``partitions``: how partitions
+    are made (a key of :data:`PARTITION_MODES`)."""
 
     def __init__(
-        self, work: Path, nodes: int, faults: Iterable[str], rate: float, load: Load
+        self,
+        work: Path,
+        nodes: int,
+        faults: Iterable[str],
+        rate: float,
+        load: Load,
+        partitions: str = "auto",
     ) -> None:
         self.work, self.load, self.rate = work, load, rate
         faults = set(faults)
         names = [f"rt-{i}" for i in range(1, nodes + 1)]
         self.journals = work / "journals"
         self.journals.mkdir(parents=True, exist_ok=True)
-        self.network: Network | None = None
+        self.network: Network | RelayNetwork | None = None
         self.disks: dict[str, Disk] = {}
         self.clock_files = {n: work / "clock" / n for n in names}
         self.apps: dict[str, Daemon] = {}
@@ -180,7 +199,10 @@ class World:
                 },
                 "replication": {"reconnect_initial_ms": 50, "reconnect_max_ms": 1000},
             }
-            if FaultKind.PARTITION in faults:
+            relays = FaultKind.PARTITION in faults and (
+                partitions == "relays" or (partitions == "auto" and probe(NETNS) is not None)
+            )
+            if FaultKind.PARTITION in faults and not relays:
                 self.network = Network(names)
                 self._stack.callback(self.network.close)
                 extra["nodes"] = [{"name": n, "host": self.network.address(n)} for n in names]
@@ -207,6 +229,11 @@ class World:
                 environments={n: {SKEW_ENV: str(p)} for n, p in self.clock_files.items()},
             )
             self._stack.callback(self.stream.stop)
+            if relays:
+                self.network = RelayNetwork(self.stream.config)
+                self._stack.callback(self.network.close)
+                for host in self.stream.config.all_hosts():
+                    self.stream.set_view(host.name, self.network.view(host.name))
         except BaseException:
             self._stack.close()
             raise

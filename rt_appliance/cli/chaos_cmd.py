@@ -39,7 +39,17 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     callback=_faults,
     help="Comma-separated faults to draw from. partition, disk-full and power-loss need root; "
     "without it the run moves into a user namespace, where partitions work, full disks "
-    "are tmpfs and power-loss is left out (the report says what was left out and why).",
+    "are tmpfs and power-loss is left out (the report says what was left out and why). "
+    "Where no user namespace can be made either, partitions go through TCP relays.",
+)
+@click.option(
+    "--partitions",
+    type=click.Choice(["auto", "namespaces", "relays"]),
+    default="auto",
+    show_default=True,
+    help="How partitions are made: a network namespace per node (root, or a user "
+    "namespace), or every link through a TCP relay that stops carrying it (no privilege "
+    "at all); auto takes namespaces where they can be made.",
 )
 @click.option(
     "--seed",
@@ -82,6 +92,7 @@ def chaos(
     settle_seconds: float,
     workdir: Path,
     schedule_only: bool,
+    partitions: str,
 ) -> None:
     """Run a stream under load while injecting faults from a seeded schedule, then judge it.
 
@@ -112,7 +123,7 @@ def chaos(
     from rt_appliance.chaos.schedule import draw_schedule
 
     seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
-    if userns.wanted(faults) and not schedule_only:
+    if userns.wanted(faults, partitions) and not schedule_only:
         why = userns.unavailable()
         if why is None:
             click.echo(
@@ -121,14 +132,16 @@ def chaos(
                 err=True,
             )
             userns.reexec([*sys.argv[1:], "--seed", str(seed)])
-        click.echo(f"rt chaos: no user namespace ({why})", err=True)
+        click.echo(
+            f"rt chaos: no user namespace ({why}); partitions go through TCP relays", err=True
+        )
     if userns.inside():
         userns.prepare()
     seconds = minutes * 60
     if schedule_only:
         from rt_appliance.chaos.world import available_faults
 
-        usable, missing = available_faults(faults)
+        usable, missing = available_faults(faults, partitions)
         for name, why in missing.items():
             click.echo(f"left out: {name} ({why})", err=True)
         for fault in draw_schedule(seed, seconds, int(nodes), usable):
@@ -141,7 +154,7 @@ def chaos(
 
     click.echo(f"rt chaos: seed {seed}")
     options = ChaosOptions(
-        workdir.resolve(), seed, int(nodes), seconds, faults, rate, settle_seconds
+        workdir.resolve(), seed, int(nodes), seconds, faults, rate, settle_seconds, partitions
     )
     result = run_chaos(options, lambda line: click.echo(line, err=True))
     paths = write_report(result, workdir)

@@ -56,7 +56,7 @@ from rt_appliance.replicate.messages import (
     require,
 )
 from rt_appliance.replicate.session import Connection, connect
-from rt_appliance.replicate.topology import Endpoint, endpoints, pull_source_dir
+from rt_appliance.replicate.topology import Endpoint, peer_endpoints, pull_source_dir
 from rt_appliance.transport.framing import FRAME_HEADER, write_pieces
 from rt_appliance.transport.listen import set_keepalive
 from rt_appliance.transport.tls import client_context
@@ -251,7 +251,7 @@ class PeerFetcher:
         self.config = config
         self.local_name = local_name
         self._context = client_context(config.tls, local_name)
-        self._endpoints: dict[str, Endpoint] = {e.name: e for e in endpoints(config)}
+        self._endpoints: dict[str, Endpoint] = {e.name: e for e in peer_endpoints(config)}
         self._conns: dict[str, Connection] = {}  # touched only on the loop
         self._locks: dict[str, asyncio.Lock] = {}  # touched only on the loop
         self._closed = False

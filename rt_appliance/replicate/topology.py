@@ -36,6 +36,7 @@ __all__ = [
     "endpoints",
     "oldest_position",
     "parse_topology",
+    "peer_endpoints",
     "pull_source_dir",
     "replica_dir",
     "topology",
@@ -62,6 +63,12 @@ def endpoints(config: StreamConfig) -> list[Endpoint]:
         Endpoint(n.name, n.advertised_host or n.host, n.advertised_pull_port or config.ports.pull)
         for n in config.nodes
     ]
+
+
+def peer_endpoints(config: StreamConfig) -> list[Endpoint]:
+    """Every node's pull server as the other nodes reach it: its ``host`` and the pull
+    port (the advertised address is for clients, which may reach it another way)."""
+    return [Endpoint(n.name, n.host, config.ports.pull) for n in config.nodes]
 
 
 def topology(config: StreamConfig, leader: str | None) -> dict[str, Any]:

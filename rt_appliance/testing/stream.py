@@ -39,6 +39,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+import yaml
+
 from rt_appliance.config import StreamConfig, load_config
 from rt_appliance.config.model import Ports
 from rt_appliance.errors import RTError
@@ -147,6 +149,20 @@ class LocalStream:
         self.config_path = write_local_config(self.work, nodes, publishers, subscribers, doc)
         self.config: StreamConfig = load_config(self.config_path)
         self.daemons: dict[str, Daemon] = {}  # "<role>-<host>" -> its daemon
+        self.views: dict[str, Path] = {}  # host -> the configuration its daemons read
+
+    def set_view(self, host: str, nodes: list[dict[str, Any]]) -> Path:
+        """Give host ``host``'s daemons a configuration of their own, the stream's with
+        ``nodes`` as its node list (how that host reaches the nodes, as through relays).
+        Call before the host's daemons are first started."""
+        doc = yaml.safe_load(self.config_path.read_text())
+        doc["nodes"] = nodes
+        path = self.work / "views" / f"{host}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        load_config(path)  # a clear error now rather than in every daemon's log
+        self.views[host] = path
+        return path
 
     # -- the processes -------------------------------------------------------------------
 
@@ -154,7 +170,7 @@ class LocalStream:
         key = f"{role}-{host}"
         if key not in self.daemons:
             option = "--node" if role in NODE_ROLES else "--host"
-            args = [role, "--config", str(self.config_path), option, host]
+            args = [role, "--config", str(self.views.get(host, self.config_path)), option, host]
             env = self.environments.get(host)
             self.daemons[key] = Daemon(
                 key, args, self.log_dir, self.prefixes.get(host), dict(env) if env else None

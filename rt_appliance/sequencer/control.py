@@ -135,6 +135,8 @@ def _positions(fields: dict[str, Any]) -> dict[str, int]:
 
 
 _RETRY_FIRST_S = 0.05  # a failed report is retried after this, doubling up to the interval
+_ANSWER_S = 5.0  # a leader that does not answer a report within this is dialled again
+_LEADER_CHECK_S = 0.05  # while waiting for an answer, how often the leader is looked at
 
 
 class Reporter:
@@ -179,7 +181,7 @@ class Reporter:
                     conn, target = await self._dial(leader), leader
                 fields = await asyncio.to_thread(self.report)
                 await conn.send(FrameType.REPORT, fields)
-                frame_type, body = await asyncio.wait_for(conn.receive(), 5.0)
+                frame_type, body = await self._answer(conn, leader)
                 self.sent += 1
                 if frame_type == FrameType.NOT_LEADER:
                     log.info(
@@ -206,6 +208,28 @@ class Reporter:
                 backoff = await self._back_off(backoff, interval)
                 continue
             await self._wait(interval)
+
+    async def _answer(self, conn: Connection, leader: str) -> tuple[int, bytes]:
+        """The leader's answer to a report, within :data:`_ANSWER_S`; given up as soon as
+        raft names another leader (an old leader cut off by a partition never answers,
+        and the new one must hear from this node to merge)."""
+        receive = asyncio.ensure_future(conn.receive())
+        deadline = asyncio.get_running_loop().time() + _ANSWER_S
+        try:
+            while True:
+                done, _ = await asyncio.wait({receive}, timeout=_LEADER_CHECK_S)
+                if done:
+                    return receive.result()
+                now = self.leader()
+                if now != leader:
+                    raise TransportError(f"no answer from {leader}, and the leader is now {now}")
+                if asyncio.get_running_loop().time() >= deadline:
+                    raise TransportError(f"no answer from {leader} within {_ANSWER_S:.0f} s")
+        finally:
+            if not receive.done():
+                receive.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await receive
 
     async def _back_off(self, backoff: float, interval: float) -> float:
         """After a failed report: wait ``backoff`` whatever changes meanwhile (input keeps

@@ -33,9 +33,9 @@ import functools
 import logging
 import socket
 import threading
-from collections.abc import Iterable
 from typing import Any
 
+from rt_appliance.chaos.partitions import Partitions
 from rt_appliance.config import StreamConfig
 
 __all__ = ["RelayNetwork", "probe_relays"]
@@ -66,7 +66,7 @@ def probe_relays() -> str | None:
     return None
 
 
-class RelayNetwork:
+class RelayNetwork(Partitions):
     """The relays of a stream's nodes; the same interface as the namespace network
     (``block``, ``split``, ``cut``, ``heal``, ``close``), plus :meth:`view`."""
 
@@ -112,14 +112,6 @@ class RelayNetwork:
     def block(self, src: str, dst: str) -> None:
         """Stop carrying what ``src`` sends to ``dst`` (one way)."""
         self._loop.call_soon_threadsafe(self._open[(src, dst)].clear)
-
-    def split(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
-        """No traffic between any node of ``side_a`` and any of ``side_b``."""
-        side_b = list(side_b)
-        for a in side_a:
-            for b in side_b:
-                self.block(a, b)
-                self.block(b, a)
 
     def cut(self, name: str) -> None:
         """Unplug node ``name`` from every other node and from every client."""

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from rt_appliance.chaos.disks import Disk, LoopDisk, TmpfsDisk
+from rt_appliance.chaos.partitions import Partitions
 from rt_appliance.chaos.relays import RelayNetwork, probe_relays
 from rt_appliance.chaos.schedule import FaultKind, Load
 from rt_appliance.clock import SKEW_ENV
@@ -107,7 +108,7 @@ def probe(need: str) -> str | None:
         return f"cannot make {need} here: {text.strip()[:200]}"
 
 
-class Network:
+class Network(Partitions):
     """One network namespace per node, joined through this one; partitions between
     nodes are blackhole routes inside the namespaces, a node cut off from everything
     has its link down."""
@@ -133,14 +134,6 @@ class Network:
         if (src, dst) not in self._blocked:
             self.hosts[src].exec_("ip", "route", "add", "blackhole", f"{self.address(dst)}/32")
             self._blocked.add((src, dst))
-
-    def split(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
-        """No traffic between any node of ``side_a`` and any of ``side_b``."""
-        side_b = list(side_b)
-        for a in side_a:
-            for b in side_b:
-                self.block(a, b)
-                self.block(b, a)
 
     def cut(self, name: str) -> None:
         """Unplug node ``name`` from everything (its clients too)."""
@@ -181,7 +174,7 @@ class World:
         names = [f"rt-{i}" for i in range(1, nodes + 1)]
         self.journals = work / "journals"
         self.journals.mkdir(parents=True, exist_ok=True)
-        self.network: Network | RelayNetwork | None = None
+        self.network: Partitions | None = None
         self.disks: dict[str, Disk] = {}
         self.clock_files = {n: work / "clock" / n for n in names}
         self.apps: dict[str, Daemon] = {}

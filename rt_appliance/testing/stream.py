@@ -51,7 +51,7 @@ from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
 if TYPE_CHECKING:
     from rt_appliance.nodestatus import Answer
 
-__all__ = ["NODE_ROLES", "LocalStream", "free_ports", "ports_in_use"]
+__all__ = ["NODE_ROLES", "LocalStream", "free_ports", "listen_port_range", "ports_in_use"]
 
 NODE_ROLES = ("push-server", "sequencer", "pull-server")  # the daemons of every node
 _RT = (sys.executable, "-m", "rt_appliance.cli")
@@ -82,12 +82,31 @@ def _bindable(port: int, addresses: Iterable[str]) -> bool:
     return True
 
 
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def listen_port_range() -> tuple[int, int]:
+    """Ports to listen on that the kernel never hands to an outgoing connection: below
+    its ephemeral range (or above it, if that leaves more). A listening port inside that
+    range can be taken by any client's connection while its daemon is down, and the
+    restarted daemon then fails with "address already in use"."""
+    try:
+        low, high = (int(v) for v in _EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        low, high = 32_768, 60_999  # Linux's default
+    below = (10_000, low - 1)
+    above = (high + 1, 65_535)
+    return below if below[1] - below[0] >= above[1] - above[0] else above
+
+
 def free_ports(addresses: Iterable[str], count: int) -> list[int]:
-    """``count`` distinct TCP ports that nothing is bound to on any of ``addresses``."""
+    """``count`` distinct TCP ports that nothing is bound to on any of ``addresses``,
+    outside the kernel's ephemeral range (:func:`listen_port_range`)."""
     addresses = list(addresses)
+    first, last = listen_port_range()
     chosen: list[int] = []
     while len(chosen) < count:
-        port = random.randint(20_000, 60_000)
+        port = random.randint(first, last)
         if port not in chosen and _bindable(port, addresses):
             chosen.append(port)
     return chosen

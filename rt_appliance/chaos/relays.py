@@ -33,6 +33,7 @@ import functools
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from rt_appliance.chaos.partitions import Partitions
@@ -110,8 +111,8 @@ class RelayNetwork(Partitions):
     # -- faults --------------------------------------------------------------------------
 
     def block(self, src: str, dst: str) -> None:
-        """Stop carrying what ``src`` sends to ``dst`` (one way)."""
-        self._loop.call_soon_threadsafe(self._open[(src, dst)].clear)
+        """Stop carrying what ``src`` sends to ``dst`` (one way), from when this returns."""
+        self._on_loop(self._open[(src, dst)].clear)
 
     def cut(self, name: str) -> None:
         """Unplug node ``name`` from every other node and from every client."""
@@ -125,7 +126,7 @@ class RelayNetwork(Partitions):
             for event in self._open.values():
                 event.set()
 
-        self._loop.call_soon_threadsafe(reopen)
+        self._on_loop(reopen)
 
     def close(self) -> None:
         if self._loop.is_running():
@@ -140,6 +141,14 @@ class RelayNetwork(Partitions):
 
     def _call(self, coro: Any, timeout_s: float = 30.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the relays' loop and wait for it: a block is in force on return."""
+
+        async def run() -> None:
+            fn()
+
+        self._call(run())
 
     async def _start(self) -> None:
         sides = [*self.names, _CLIENTS]
@@ -200,8 +209,8 @@ class RelayNetwork(Partitions):
                 self._pump(reader, up_writer, self._open[(src, dst)]),
                 self._pump(up_reader, writer, self._open[(dst, src)]),
             )
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            log.debug("relay %s -> %s:%d: connection ended: %s", src, dst, port, exc)
         finally:
             for w in (writer, up_writer):
                 if w is not None:
@@ -217,7 +226,7 @@ class RelayNetwork(Partitions):
                 await gate.wait()
                 writer.write(data)
                 await writer.drain()
-        except (OSError, ConnectionError):
-            pass
+        except OSError as exc:  # either side reset: the other end sees the connection end
+            log.debug("relay: a connection ended: %s", exc)
         finally:
             writer.transport.abort()

@@ -19,8 +19,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
 
-from rt_appliance.chaos.schedule import FaultKind
-from rt_appliance.chaos.world import ROOT_FAULTS
+from rt_appliance.chaos.world import RELAYS, means
 
 __all__ = ["INSIDE_ENV", "inside", "prepare", "reexec", "unavailable", "wanted"]
 
@@ -35,12 +34,7 @@ def inside() -> bool:
 def wanted(faults: Iterable[str], partitions: str = "auto") -> bool:
     """Whether a run with ``faults`` should move into a user namespace: not root, not
     there yet, and asked for a fault that needs one (partitions through relays do not)."""
-    needing = [
-        f
-        for f in faults
-        if FaultKind(f) in ROOT_FAULTS
-        and not (FaultKind(f) is FaultKind.PARTITION and partitions == "relays")
-    ]
+    needing = [f for f in faults if set(means(f, partitions)) - {RELAYS}]
     return os.geteuid() != 0 and not inside() and bool(needing)
 
 

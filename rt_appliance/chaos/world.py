@@ -37,7 +37,15 @@ from rt_appliance.testing.cluster import Daemon
 from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
 from rt_appliance.testing.stream import LocalStream
 
-__all__ = ["PARTITION_MODES", "ROOT_FAULTS", "Network", "World", "available_faults"]
+__all__ = [
+    "PARTITION_MODES",
+    "RELAYS",
+    "ROOT_FAULTS",
+    "Network",
+    "World",
+    "available_faults",
+    "means",
+]
 
 NETNS = "network namespaces"
 RELAYS = "TCP relays"
@@ -57,6 +65,14 @@ TMPFS_BYTES = 1 << 30  # each node's tmpfs (memory, as it fills)
 NETNS_TAG = 30  # namespaces get tags NETNS_TAG + 1 ...
 
 
+def means(fault: str, partitions: str = "auto") -> tuple[str, ...]:
+    """What ``fault`` can be made with beyond the stream itself (any one will do, the
+    first is preferred); empty if it needs nothing more."""
+    if FaultKind(fault) is FaultKind.PARTITION:
+        return PARTITION_MODES[partitions]
+    return ROOT_FAULTS.get(FaultKind(fault), ())
+
+
 def available_faults(
     wanted: Iterable[str], partitions: str = "auto"
 ) -> tuple[list[str], dict[str, str]]:
@@ -65,10 +81,8 @@ def available_faults(
     are each checked once. ``partitions``: a key of :data:`PARTITION_MODES`."""
     ok, missing = [], {}
     for fault in wanted:
-        needs = ROOT_FAULTS.get(FaultKind(fault))
-        if FaultKind(fault) is FaultKind.PARTITION:
-            needs = PARTITION_MODES[partitions]
-        if needs is None:
+        needs = means(fault, partitions)
+        if not needs:
             ok.append(fault)
             continue
         why = [probe(need) for need in needs]

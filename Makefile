@@ -6,9 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-appliance package units fuzz chaos lint bench bench-peers peer-servers docs clean
 
-$(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c
+# The product (rt_appliance, with its test tools) and the lab beside it (lab/: rt demo,
+# rt bench, rt chaos and the test harness), both editable.
+$(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./lab
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -37,7 +39,7 @@ FUZZ_DIR      ?= /tmp/rt-fuzz
 FUZZ_STAMP    := $(VENV)/.installed-fuzz
 
 $(FUZZ_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,fuzz]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,fuzz]' -e ./lab
 	touch $(FUZZ_STAMP)
 
 fuzz: $(FUZZ_STAMP)
@@ -64,14 +66,14 @@ chaos: $(STAMP)
 	    --workdir $(CHAOS_DIR)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check rt_appliance tests
+	$(VENV)/bin/ruff check rt_appliance lab tests
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(VENV)/bin/rt bench log --output docs/BENCHMARKS.md
 
 # rt bench peers: NATS JetStream, a RabbitMQ stream and Redis Streams beside our stream.
-# Their Python clients come from the pinned `peers` extra; their servers from Debian's
+# Their Python clients come from rt-lab's pinned `peers` extra; their servers from Debian's
 # packages (installed only if missing, as root). The bench starts and stops the servers
 # itself on 127.0.0.1; on a machine that runs systemd, installing the packages also
 # starts their system services, which the bench does not use
@@ -79,8 +81,8 @@ bench: $(STAMP)
 PEER_SERVERS := nats-server rabbitmq-server redis-server
 PEERS_STAMP  := $(VENV)/.installed-peers
 
-$(PEERS_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,peers]'
+$(PEERS_STAMP): $(STAMP) lab/pyproject.toml
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e './lab[peers]'
 	touch $(PEERS_STAMP)
 
 peer-servers:

@@ -7,7 +7,7 @@ appends one line per event to ``<dir>/<process>-<pid>.trace``::
 
 An event says how far a byte stream has come at one point of the path (a position in
 an input, a raft index, a merged position), never which message: the bench maps its
-messages onto these marks afterwards (:mod:`rt_appliance.bench.tracemap`). Events
+messages onto these marks afterwards (:mod:`rt_lab.bench.tracemap`). Events
 are per batch, so a trace costs a few lines per wake-up, written through a buffer that
 is flushed at most every ``_FLUSH_S`` and when the process exits.
 

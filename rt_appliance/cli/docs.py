@@ -30,8 +30,10 @@ def render_cli_markdown() -> str:
         )
         parts.append(f"\n## `{' '.join(path)}`\n\n```\n{command.get_help(ctx)}\n```\n")
         if isinstance(command, click.Group):
-            for name in sorted(command.commands):
-                walk(command.commands[name], [*path, name])
+            for name in command.list_commands(ctx):  # with rt-lab's commands (cli/lab.py)
+                sub = command.get_command(ctx, name)
+                if sub is not None:
+                    walk(sub, [*path, name])
 
     walk(cli, ["rt"])
     return "".join(parts)

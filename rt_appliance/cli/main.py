@@ -13,10 +13,8 @@ import click
 
 from rt_appliance import __version__
 from rt_appliance.cli.appliance_cmds import apply, config_group, validate
-from rt_appliance.cli.bench_cmd import bench
 from rt_appliance.cli.certs_cmds import certs
-from rt_appliance.cli.chaos_cmd import chaos
-from rt_appliance.cli.demo_cmd import demo
+from rt_appliance.cli.lab import LabGroup
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
 from rt_appliance.cli.pull_cmds import pull_client, pull_server
@@ -27,7 +25,10 @@ from rt_appliance.cli.spark_cmds import spark_pipeline
 from rt_appliance.errors import RTError, UsageError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LabGroup,  # adds rt-lab's demo, bench and chaos when installed
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, "--version", prog_name="rt")
 @click.option(
     "--log-level",
@@ -53,9 +54,6 @@ def cli(log_level: str) -> None:
 cli.add_command(publish)
 cli.add_command(subscribe)
 cli.add_command(log_group)
-cli.add_command(demo)
-cli.add_command(bench)
-cli.add_command(chaos)
 cli.add_command(push_server)
 cli.add_command(push_client)
 cli.add_command(replication)

@@ -21,9 +21,9 @@ import yaml
 from rt_appliance.certs import init_for_config
 from rt_appliance.config import StreamConfig, load_config
 from rt_appliance.publish import Publisher
-from rt_appliance.testing.cluster import Daemon
-from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
-from rt_appliance.testing.nspawn import Container, nspawn_missing
+from rt_lab.testing.cluster import Daemon
+from rt_lab.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
+from rt_lab.testing.nspawn import Container, nspawn_missing
 from tests.appliance.test_container import DIST, NODE_UNITS, package
 from tests.helpers import payloads, read_all, snapshot
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rt_appliance.testing.nspawn import Container, nspawn_missing
+from rt_lab.testing.nspawn import Container, nspawn_missing
 
 pytestmark = [
     pytest.mark.container,

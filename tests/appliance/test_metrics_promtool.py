@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.publish import Publisher
-from rt_appliance.testing.stream import LocalStream
+from rt_lab.testing.stream import LocalStream
 from tests.helpers import read_all, wait_until
 
 pytestmark = [

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.config import StreamConfig, load_config
-from rt_appliance.testing.cluster import write_local_config
-from rt_appliance.testing.notify import NotifyHarness
 from rt_appliance.transport.tls import client_context
+from rt_lab.testing.cluster import write_local_config
+from rt_lab.testing.notify import NotifyHarness
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

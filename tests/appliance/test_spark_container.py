@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from rt_appliance.config.spark import DEFAULT_JAVA_HOME
-from rt_appliance.testing.cluster import wait_until
-from rt_appliance.testing.nspawn import Container, nspawn_missing
+from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.nspawn import Container, nspawn_missing
 from tests.appliance.test_container import DIST, package, spark_package
 
 JAVA_CONF = Path("/etc/java-17-openjdk")  # the JRE's configuration files link here

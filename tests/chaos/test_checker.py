@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.chaos.apps import restart_position, resume_point
-from rt_appliance.chaos.checker import (
+from rt_lab.chaos.apps import restart_position, resume_point
+from rt_lab.chaos.checker import (
     Verdict,
     compare_files,
     count_unacked,
@@ -16,7 +16,7 @@ from rt_appliance.chaos.checker import (
     judge_reader,
     judge_slice,
 )
-from rt_appliance.chaos.history import read_delivered, read_journal
+from rt_lab.chaos.history import read_delivered, read_journal
 
 pytestmark = pytest.mark.unit
 

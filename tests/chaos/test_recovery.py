@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rt_appliance.chaos.monitor import Sample, recovery_time
+from rt_lab.chaos.monitor import Sample, recovery_time
 
 pytestmark = pytest.mark.unit
 

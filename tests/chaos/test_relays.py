@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.chaos.relays import RelayNetwork, client_address, pair_address
 from rt_appliance.config import StreamConfig, load_config
-from rt_appliance.testing.cluster import wait_until, write_local_config
-from rt_appliance.testing.stream import free_ports
+from rt_lab.chaos.relays import RelayNetwork, client_address, pair_address
+from rt_lab.testing.cluster import wait_until, write_local_config
+from rt_lab.testing.stream import free_ports
 
 pytestmark = pytest.mark.integration
 

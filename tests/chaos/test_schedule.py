@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from rt_appliance.chaos.schedule import (
+from rt_lab.chaos.schedule import (
     FAULTS,
     WARMUP_S,
     draw_schedule,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.bench.peers.process import require_binary
 from rt_appliance.errors import RTError
+from rt_lab.bench.peers.process import require_binary
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import pytest
 from rt_appliance import Message
 from rt_appliance.log.format import FILE_KIND_MERGED, RECORD_HEADER, RangeHeader, encode_range
 from rt_appliance.log.writer import LogWriter
-from rt_appliance.testing.checkers import (
+from rt_lab.testing.checkers import (
     assert_clean,
     check_merged,
     compare_logs,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.helpers import rt
 
 RT = [sys.executable, "-m", "rt_appliance.cli"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rt_appliance.bench.floor import KINDS, run_floor_bench
+from rt_lab.bench.floor import KINDS, run_floor_bench
 
 
 def test_every_kind_of_step_is_measured_at_both_rates(tmp_path: Path) -> None:

@@ -23,9 +23,9 @@ from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.log.format import RECORD_HEADER
 from rt_appliance.replicate.messages import FRAME_MARGIN_BYTES
 from rt_appliance.subscribe import Subscriber
-from rt_appliance.testing.checkers import assert_clean, check_merged
-from rt_appliance.testing.cluster import wait_until
-from rt_appliance.testing.stream import LocalStream
+from rt_lab.testing.checkers import assert_clean, check_merged
+from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.stream import LocalStream
 
 FRAME = 64 << 10
 CHUNK = FRAME - FRAME_MARGIN_BYTES  # the most file bytes one DATA frame carries

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import Publisher
-from rt_appliance.testing.checkers import compare_logs
-from rt_appliance.testing.cluster import wait_until
-from rt_appliance.testing.stream import NODE_ROLES, LocalStream
+from rt_lab.testing.checkers import compare_logs
+from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.stream import NODE_ROLES, LocalStream
 
 pytestmark = pytest.mark.integration
 

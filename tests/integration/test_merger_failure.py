@@ -14,7 +14,7 @@ from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog
 from rt_appliance.sequencer.merger import Merger
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 
 from rt_appliance import Publisher
 from rt_appliance.subscribe import Subscriber
-from rt_appliance.testing.cluster import wait_until
-from rt_appliance.testing.stream import LocalStream
+from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.stream import LocalStream
 
 pytestmark = pytest.mark.integration
 

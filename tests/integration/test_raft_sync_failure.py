@@ -13,7 +13,7 @@ import rt_appliance.sequencer.raft.journal as journal_module
 from rt_appliance.config import load_config
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration
 

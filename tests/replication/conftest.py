@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.config import StreamConfig, load_config
-from rt_appliance.testing.cluster import Daemon, write_local_config
+from rt_lab.testing.cluster import Daemon, write_local_config
 
 
 @dataclass

@@ -30,8 +30,8 @@ from rt_appliance.replicate.messages import (
     encode_fetched,
 )
 from rt_appliance.replicate.session import connect
-from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
 from rt_appliance.transport.tls import client_context
+from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from tests.integration.test_merged_log import build_merged
 from tests.integration.test_pull import free_port, log_files
 

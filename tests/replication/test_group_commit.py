@@ -15,7 +15,7 @@ from rt_appliance.config import load_config
 from rt_appliance.position import Position
 from rt_appliance.replicate import push_server
 from rt_appliance.replicate.push_server import PushServer
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 DIR = "trades.pub-1"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.config import load_config
-from rt_appliance.testing.checkers import log_files, same_log_files
-from rt_appliance.testing.cluster import Daemon, wait_until, write_local_config
-from rt_appliance.testing.netns import NetnsHost
+from rt_lab.testing.checkers import log_files, same_log_files
+from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
+from rt_lab.testing.netns import NetnsHost
 from tests.replication.test_push import publish
 
 pytestmark = [pytest.mark.fault, pytest.mark.root]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import Publisher
-from rt_appliance.testing.checkers import log_files, same_log_files
-from rt_appliance.testing.cluster import Daemon, wait_until
-from rt_appliance.testing.faults import TcpRelay
+from rt_lab.testing.checkers import log_files, same_log_files
+from rt_lab.testing.cluster import Daemon, wait_until
+from rt_lab.testing.faults import TcpRelay
 from tests.helpers import rt
 from tests.replication.conftest import Stream
 

@@ -11,7 +11,7 @@ from rt_appliance.config import load_config
 from rt_appliance.config.model import NodeConfig
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.session import Connection
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.log.recovery import verify_file
-from rt_appliance.testing.checkers import log_files, same_log_files
-from rt_appliance.testing.cluster import Daemon, wait_until
+from rt_lab.testing.checkers import log_files, same_log_files
+from rt_lab.testing.cluster import Daemon, wait_until
 from tests.replication.conftest import Stream
 from tests.replication.test_push import NODES, publish
 

@@ -23,9 +23,9 @@ from rt_appliance.replicate.messages import FrameType
 from rt_appliance.replicate.refusals import STUCK_AFTER
 from rt_appliance.replicate.session import connect
 from rt_appliance.replicate.sink import DAMAGED_DIR
-from rt_appliance.testing.checkers import log_files
-from rt_appliance.testing.cluster import wait_until
 from rt_appliance.transport.tls import client_context
+from rt_lab.testing.checkers import log_files
+from rt_lab.testing.cluster import wait_until
 from tests.helpers import rt
 from tests.replication.conftest import Stream
 from tests.replication.test_push import publish, wait_identical

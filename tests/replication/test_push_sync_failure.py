@@ -16,8 +16,8 @@ from rt_appliance.config import load_config
 from rt_appliance.position import Position
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.push_server import PushServer
-from rt_appliance.testing.checkers import log_files, same_log_files
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.checkers import log_files, same_log_files
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.publish import Publisher
-from rt_appliance.testing.checkers import assert_clean, check_merged
-from rt_appliance.testing.stream import LocalStream
+from rt_lab.testing.checkers import assert_clean, check_merged
+from rt_lab.testing.stream import LocalStream
 
 SMALL = {
     "sequencer": {"merged_roll_bytes": "1MiB", "max_range_bytes": "64KiB"},

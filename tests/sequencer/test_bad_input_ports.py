@@ -34,8 +34,8 @@ from rt_appliance.certs.authority import create_ca, issue_host_cert
 from rt_appliance.certs.files import cert_pem, key_pem
 from rt_appliance.daemons.metrics_http import REQUEST_TIMEOUT_S
 from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S
-from rt_appliance.testing.cluster import wait_until
-from rt_appliance.testing.stream import LocalStream
+from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.stream import LocalStream
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -141,7 +141,7 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
 def test_subscriber_leaves_a_node_whose_sequencer_died(local_stream) -> None:  # type: ignore[no-untyped-def]
     import re
 
-    from rt_appliance.testing.checkers import assert_clean, check_merged
+    from rt_lab.testing.checkers import assert_clean, check_merged
 
     stream = local_stream(nodes=3, publishers=TWO, extra=SMALL).start()
     stream.wait_leader()

@@ -9,8 +9,8 @@ import pytest
 
 from rt_appliance.log.segments import list_files
 from rt_appliance.subscribe import Subscriber
-from rt_appliance.testing.checkers import compare_logs
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.checkers import compare_logs
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

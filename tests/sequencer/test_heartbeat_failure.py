@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rt_appliance.nodestatus import NodeStatus
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]
 

@@ -12,9 +12,9 @@ import pytest
 
 from rt_appliance.config import load_config
 from rt_appliance.log.segments import list_files
-from rt_appliance.testing.checkers import assert_clean, check_merged
-from rt_appliance.testing.cluster import Daemon, write_local_config
-from rt_appliance.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
+from rt_lab.testing.checkers import assert_clean, check_merged
+from rt_lab.testing.cluster import Daemon, write_local_config
+from rt_lab.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
 from tests.sequencer.conftest import SMALL
 
 pytestmark = [pytest.mark.fault, pytest.mark.root, pytest.mark.slow]

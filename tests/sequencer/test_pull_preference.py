@@ -8,7 +8,7 @@ import re
 import pytest
 
 from rt_appliance.config import load_config
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

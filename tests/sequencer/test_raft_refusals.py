@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from rt_appliance.certs.authority import create_ca, issue_host_cert
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.fault, pytest.mark.slow]

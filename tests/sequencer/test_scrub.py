@@ -11,7 +11,7 @@ import pytest
 
 from rt_appliance.log.segments import list_files
 from rt_appliance.nodestatus import NodeStatus
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import Feed, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.fault]

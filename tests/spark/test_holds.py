@@ -14,7 +14,7 @@ from rt_appliance import Position, PositionPrunedError
 from rt_appliance.log.segments import list_files
 from rt_appliance.sequencer.holds import hold_path, write_hold
 from rt_appliance.spark.datasource import RtDataSource
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -16,7 +16,7 @@ import pytest
 from rt_appliance import Position, Publisher, Subscriber
 from rt_appliance.log.segments import list_files
 from rt_appliance.sequencer.holds import read_holds
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rt_appliance.bench.peers import ours
-from rt_appliance.bench.peers.report import notes, table
-from rt_appliance.bench.peers.runner import (
+from rt_lab.bench.peers import ours
+from rt_lab.bench.peers.report import notes, table
+from rt_lab.bench.peers.runner import (
     ROWS,
     PeersOptions,
     PeersReport,
@@ -19,7 +19,7 @@ from rt_appliance.bench.peers.runner import (
     RunOutcome,
     latency_summary_ms,
 )
-from rt_appliance.bench.peers.workload import (
+from rt_lab.bench.peers.workload import (
     HEADER,
     PAYLOAD_BYTES,
     Receiver,
@@ -27,8 +27,8 @@ from rt_appliance.bench.peers.workload import (
     make_batch,
     sequence_problems,
 )
-from rt_appliance.cli.bench_peers_cmd import peers_bench
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.cli.bench_peers_cmd import peers_bench
+from rt_lab.testing.cluster import wait_until
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.bench.report import write_section
-from rt_appliance.bench.stats import Result
+from rt_lab.bench.report import write_section
+from rt_lab.bench.stats import Result
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rt_appliance.testing.checkers import count_delivery
+from rt_lab.testing.checkers import count_delivery
 
 pytestmark = pytest.mark.unit
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rt_appliance.bench.floor import KINDS, PATH, FloorResults, StepFigures
+from rt_lab.bench.floor import KINDS, PATH, FloorResults, StepFigures
 
 
 def _run(latency_s: dict[int, float], cpu_s: dict[int, float]) -> dict[str, dict[int, StepFigures]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from rt_appliance.testing.stream import free_ports, listen_port_range
+from rt_lab.testing.stream import free_ports, listen_port_range
 
 ADDRESSES = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
 

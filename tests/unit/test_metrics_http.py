@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from rt_appliance.daemons import metrics_http
-from rt_appliance.testing.cluster import wait_until
+from rt_lab.testing.cluster import wait_until
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from rt_appliance.bench.stats import percentile
+from rt_lab.bench.stats import percentile
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from rt_appliance.config import load_config
 from rt_appliance.position import Position
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.planner import Planner
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 DIR = "trades.pub-1"
 HELD = int(Position.of(1, 0, 4096))

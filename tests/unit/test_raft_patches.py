@@ -15,7 +15,7 @@ from rt_appliance.errors import RTError
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode, patches
 from rt_appliance.sequencer.raft.journal import create_journal
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from rt_appliance.config import load_config
 from rt_appliance.errors import TransportError
 from rt_appliance.sequencer import control
 from rt_appliance.sequencer.control import Reporter
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 
 class _Silent:

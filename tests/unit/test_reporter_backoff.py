@@ -12,7 +12,7 @@ import pytest
 from rt_appliance.certs.files import init_for_config
 from rt_appliance.config import load_config
 from rt_appliance.sequencer.control import Reporter
-from rt_appliance.testing.cluster import write_local_config
+from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rt_appliance.bench.tracemap import STEPS, Message, Trace, step_times, summarize
+from rt_lab.bench.tracemap import STEPS, Message, Trace, step_times, summarize
 
 NODES = ["rt-1", "rt-2", "rt-3"]
 INPUT = "trades.pub-1"

@@ -1,0 +1,196 @@
+"""The publishing and subscribing applications of ``rt bench cluster``, each run as a
+process of its own, as it would run on its own host::
+
+    python -m rt_lab.bench.cluster.children publish|subscribe JSON
+
+They talk to :class:`~rt_lab.bench.cluster.harness.Child` on stdout: ``P
+<count>`` as they go, ``READY`` once warmed up (a publisher then waits for ``GO`` on
+stdin) and one ``R <json>`` line with the result at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from rt_appliance import trace
+from rt_appliance.publish import Publisher
+from rt_appliance.subscribe import Subscriber
+from rt_lab.bench.cluster.harness import BATCH, PAYLOAD_BYTES
+from rt_lab.bench.stats import percentile
+from rt_lab.bench.tracemap import SUBSCRIBING_APP
+
+__all__ = ["main", "publish_child", "say", "subscribe_child"]
+
+_STDOUT = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line to the parent (the subscriber's report thread writes too)."""
+    with _STDOUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+# -- publishing -------------------------------------------------------------------------
+
+
+def publish_child(args: dict[str, Any]) -> dict[str, Any]:
+    """Publish ``count`` messages (0: until SIGTERM) at ``rate`` msg/s (0: as fast as
+    possible, in batches), single calls or batches; the first and last publish times."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args["nice"]:
+        os.nice(args["nice"])
+    count, rate = int(args["count"]), int(args["rate"])
+    with Publisher(
+        args["root"],
+        args["topic"],
+        args["host"],
+        fsync=args["fsync"],
+        roll_bytes=int(args["roll_bytes"]),
+    ) as pub:
+        say("READY")
+        sys.stdin.readline()  # GO: every publisher is ready
+        first = time.time_ns()
+        if rate == 0:
+            published = _full_speed(pub, count, stop)
+        elif args["single"]:
+            published = _paced_single(pub, count, rate, stop)
+        else:
+            published = _paced_batches(pub, count, rate, float(args["tick_s"]), stop)
+        last = time.time_ns()
+        pub.flush()
+    return {"first_ns": first, "last_ns": last, "published": published}
+
+
+def _full_speed(pub: Publisher, count: int, stop: threading.Event) -> int:
+    payload = b"x" * PAYLOAD_BYTES
+    batch = [payload] * BATCH
+    published = 0
+    while published < count and not stop.is_set():
+        n = min(BATCH, count - published)
+        pub.publish_batch(batch if n == BATCH else batch[:n])
+        published += n
+        if published % (100 * BATCH) == 0:
+            say(f"P {published}")
+    return published
+
+
+def _paced_single(pub: Publisher, count: int, rate: int, stop: threading.Event) -> int:
+    payload = b"x" * PAYLOAD_BYTES
+    publish = pub.publish
+    published = 0
+    start = time.monotonic()
+    while (count == 0 or published < count) and not stop.is_set():
+        delay = start + published / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)  # pacing the publish rate
+        publish(payload)
+        published += 1
+    return published
+
+
+def _paced_batches(
+    pub: Publisher, count: int, rate: int, tick_s: float, stop: threading.Event
+) -> int:
+    """Every ``tick_s`` (on the tick, not after the last publish) one batch of what is due."""
+    payload = b"x" * PAYLOAD_BYTES
+    published = ticks = 0
+    start = time.monotonic()
+    while (count == 0 or published < count) and not stop.is_set():
+        due = int((time.monotonic() - start) * rate) + 1
+        if count:
+            due = min(due, count)
+        if due > published:
+            pub.publish_batch([payload] * (due - published))
+            published = due
+        ticks += 1
+        if ticks % 100 == 0:
+            say(f"P {published}")
+        next_tick = start + ticks * tick_s
+        stop.wait(max(0.0, next_tick - time.monotonic()))  # pacing the publish rate
+    say(f"P {published}")
+    return published
+
+
+# -- subscribing ------------------------------------------------------------------------
+
+
+def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
+    """Follow ``dir`` until ``expected`` messages are read; the first ``skip`` (the
+    warm-up) are not timed. With ``latency``: each message's latency, read time minus
+    its record's timestamp, summed up in ms."""
+    if args["nice"]:
+        os.nice(args["nice"])
+    expected, skip = int(args["expected"]), int(args["skip"])
+    latencies: list[int] = []
+    seen = 0
+    done_ns = first_ns = 0
+
+    def report() -> None:  # the count every 0.5 s, also while the reader waits
+        shown = -1
+        while True:
+            time.sleep(0.5)
+            if seen != shown:
+                shown = seen
+                say(f"P {shown}")
+
+    threading.Thread(target=report, daemon=True, name="report").start()
+    traced = trace.start(SUBSCRIBING_APP)
+    for batch in Subscriber(args["dir"]).read_batches(follow=True, max_messages=8192):
+        now = time.time_ns()
+        if traced and batch.timestamps_ns:
+            trace.event("delivered", f"{batch.host}/{batch.topic}", max(batch.timestamps_ns))
+        n = len(batch)
+        if seen < skip:
+            take = max(0, n - (skip - seen))
+            timestamps = batch.timestamps_ns[n - take :]
+        else:
+            take, timestamps = n, batch.timestamps_ns
+        before = seen
+        seen += n
+        if before < skip <= seen:
+            say("READY")
+        if take:
+            first_ns = first_ns or now
+            if args["latency"]:
+                latencies.extend(now - t for t in timestamps)
+        if seen >= expected:
+            done_ns = now
+            break
+    out: dict[str, Any] = {"count": seen, "first_ns": first_ns, "done_ns": done_ns}
+    if args["latency"]:
+        out["latency_ms"] = latency_summary_ms(latencies)
+    return out
+
+
+def latency_summary_ms(latencies_ns: list[int]) -> dict[str, float]:
+    """p50, p99 and max in ms, and how many samples."""
+    ordered = sorted(latencies_ns)
+    return {
+        "p50": percentile(ordered, 50) / 1e6,
+        "p99": percentile(ordered, 99) / 1e6,
+        "max": percentile(ordered, 100) / 1e6,
+        "samples": len(ordered),
+    }
+
+
+def main(argv: list[str]) -> None:
+    mode, args = argv[0], json.loads(argv[1])
+    if mode == "publish":
+        result = publish_child(args)
+    elif mode == "subscribe":
+        result = subscribe_child(args)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    say("R " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

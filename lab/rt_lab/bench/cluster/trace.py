@@ -1,0 +1,202 @@
+"""``rt bench cluster --measure trace``: where a message's time goes, step by step.
+
+The stream runs with tracing on (``RT_TRACE_DIR``, :mod:`rt_appliance.trace`): every
+daemon notes when each input position, raft index and merged position passed each of
+its steps, and the subscribing application when it read each input's ids. After the
+run every message published is read back from the leader's ``in/`` (its input, its
+end position, its publish timestamp) and placed on those marks
+(:mod:`rt_lab.bench.tracemap`). The result is, per step, the time since publish
+(p50, p99) and the time since the step before (p50), plus each daemon's share of one
+core over the run, and over ``IDLE_S`` seconds before it with no traffic at all.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rt_appliance import trace
+from rt_appliance.log.naming import parse_publisher_dir
+from rt_appliance.subscribe import Subscriber
+from rt_lab.bench.cluster.harness import (
+    LATENCY_TICK_S,
+    PUBLISHERS,
+    SUBSCRIBER,
+    Bench,
+    Child,
+    ClusterBenchOptions,
+    Progress,
+    cpu_seconds,
+    latency_traffic,
+    started,
+)
+from rt_lab.bench.stats import Result, percentile
+from rt_lab.bench.tracemap import STEPS, Message, Trace, step_times, summarize
+
+__all__ = ["StepFigures", "TraceResults", "TraceRun", "measure_trace"]
+
+DAEMON_ROLES = ("push-client", "push-server", "sequencer", "pull-server", "pull-client")
+IDLE_S = 10.0  # the stream running with no traffic, before the traced traffic starts
+
+
+@dataclass(frozen=True, slots=True)
+class StepFigures:
+    step: str
+    meaning: str
+    p50_ms: float | None  # since publish
+    p99_ms: float | None
+    step_p50_ms: float | None  # since the step before
+    messages: int  # messages seen at this step
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRun:
+    rate: int  # msg/s in total
+    messages: int
+    steps: list[StepFigures]
+    cpu: dict[str, float]  # daemon (role-host) -> share of one core over the run
+    idle_cpu: dict[str, float]  # the same with no traffic
+
+
+def measure_trace(opts: ClusterBenchOptions, work: Path, progress: Progress) -> TraceRun:
+    """One traced run at ``opts.latency_rate`` msg/s in total."""
+    trace_dir = work / "trace"
+    os.environ[trace.ENV] = str(trace_dir)
+    try:
+        return _traced_run(opts, work, progress, trace_dir)
+    finally:
+        os.environ.pop(trace.ENV, None)
+
+
+def _traced_run(
+    opts: ClusterBenchOptions, work: Path, progress: Progress, trace_dir: Path
+) -> TraceRun:
+    rate, count = latency_traffic(opts)
+    with Bench(opts, work, progress) as b:
+        skip = started(b)
+        leader = b.wait_leader()
+        expected = skip + count * len(PUBLISHERS)
+        sub = b.subscriber(expected=expected, skip=skip, latency=True)
+        pids = {f"{r}-{host}": pid for r in DAEMON_ROLES for host, pid in b.pids(r).items()}
+        idle_cpu = _cpu_share(pids, lambda: time.sleep(IDLE_S))
+        pubs: list[Child] = []
+
+        def traffic() -> None:
+            pubs.extend(b.publishers(count, rate=rate, tick_s=LATENCY_TICK_S))
+            b.wait_subscriber(sub, "trace", expected)
+
+        cpu = _cpu_share(pids, traffic)
+        published = [p.finish() for p in pubs]
+        sub.finish()
+        in_dir = b.stream.config.data_dir_of(b.stream.config.node(leader)) / "in"
+        nodes = list(b.stream.node_names)
+    # the daemons have stopped: every trace file is complete
+    since = min(int(p["first_ns"]) for p in published)
+    messages = [m for m in _messages(in_dir) if m.published_ns >= since]
+    traced = Trace.load(trace_dir)
+    per_message = [step_times(traced, m, leader, nodes, SUBSCRIBER) for m in messages]
+    total = rate * len(PUBLISHERS)
+    return TraceRun(total, len(messages), _figures(per_message), cpu, idle_cpu)
+
+
+def _cpu_share(pids: dict[str, int], work: Callable[[], None]) -> dict[str, float]:
+    """Each process's share of one core while ``work()`` runs."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    began = time.monotonic()
+    work()
+    seconds = time.monotonic() - began
+    return {name: (cpu_seconds(pid) - before[name]) / seconds for name, pid in pids.items()}
+
+
+def _messages(in_dir: Path) -> list[Message]:
+    """Every message in a node's inputs, with its input's end position after it."""
+    out: list[Message] = []
+    for d in sorted(p for p in in_dir.iterdir() if p.is_dir()):
+        parsed = parse_publisher_dir(d.name)
+        if parsed is None:
+            continue
+        topic, host = parsed
+        for m in Subscriber(d).read():
+            out.append(Message(d.name, int(m.next_position), m.timestamp_ns, host, topic))
+    return out
+
+
+def _figures(per_message: list[dict[str, int | None]]) -> list[StepFigures]:
+    meanings = dict(STEPS)
+    rows = []
+    for name, since, step in summarize(per_message):
+        rows.append(
+            StepFigures(
+                step=name,
+                meaning=meanings[name],
+                p50_ms=percentile(since, 50) if since else None,
+                p99_ms=percentile(since, 99) if since else None,
+                step_p50_ms=percentile(step, 50) if step else None,
+                messages=len(since),
+            )
+        )
+    return rows
+
+
+@dataclass(slots=True)
+class TraceResults:
+    """The trace's figures over several runs, as report rows: per step p50 and p99 at
+    each rate, and the daemons' CPU (all of them, and per role) at each rate and idle."""
+
+    idle_rate: int
+    rate: int
+    rows: dict[str, Result] = field(default_factory=dict)
+
+    @property
+    def rates(self) -> tuple[int, int]:
+        return (self.idle_rate, self.rate)
+
+    def _row(self, name: str, unit: str, target: str = "-", note: str = "") -> Result:
+        if name not in self.rows:
+            self.rows[name] = Result(name, unit, target, note=note)
+        return self.rows[name]
+
+    def add(self, run: TraceRun) -> None:
+        at = f"{run.rate:,} msg/s"
+        busy = run.rate >= self.rate
+        for s in run.steps:
+            note = s.meaning
+            if s.p50_ms is not None:
+                self._row(f"trace p50 at {at}: publish -> {s.step}", "ms", note=note).values.append(
+                    s.p50_ms
+                )
+            if s.p99_ms is not None:
+                self._row(f"trace p99 at {at}: publish -> {s.step}", "ms", note=note).values.append(
+                    s.p99_ms
+                )
+        self._cpu(run.cpu, f"at {at}", "<= 40" if busy else "-")
+        if not busy:
+            self._cpu(run.idle_cpu, "with no traffic", "<= 2")
+
+    def _cpu(self, cpu: dict[str, float], when: str, target: str) -> None:
+        note = "share of one core, summed over the daemons (both publishers' and the nodes')"
+        total = self._row(f"daemons' CPU {when}: all", "% of a core", target, note)
+        total.values.append(100 * sum(cpu.values()))
+        for role in DAEMON_ROLES:
+            share = sum(v for k, v in cpu.items() if k.startswith(role + "-"))
+            self._row(f"daemons' CPU {when}: {role}", "% of a core", note=note).values.append(
+                100 * share
+            )
+
+    def results(self) -> list[Result]:
+        return list(self.rows.values())
+
+    @staticmethod
+    def summary(run: TraceRun) -> str:
+        """One progress line: the last step's p50 and p99, and the CPU in all."""
+        last = run.steps[-1]
+        p50 = "-" if last.p50_ms is None else f"{last.p50_ms:.2f}"
+        p99 = "-" if last.p99_ms is None else f"{last.p99_ms:.2f}"
+        return (
+            f"trace at {run.rate:,} msg/s: {run.messages:,} messages, delivered p50 {p50} ms, "
+            f"p99 {p99} ms; daemons' CPU {100 * sum(run.cpu.values()):.1f}% of a core "
+            f"({100 * sum(run.idle_cpu.values()):.1f}% with no traffic)"
+        )

@@ -1,0 +1,102 @@
+"""Samples a chaos stream's progress every second, for the timeline and recovery times."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
+from rt_lab.testing.stream import LocalStream
+
+__all__ = ["Monitor", "Sample", "recovery_time"]
+
+INTERVAL_S = 1.0
+ASK_TIMEOUT_S = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t: float  # seconds since the run started
+    leader: str | None
+    commit_index: dict[str, int]  # reachable nodes only
+    merged_seq: dict[str, int]  # merge instructions each reachable node has written
+    merged_bytes: int  # the most any node has merged (sum of its files' sizes)
+
+
+class Monitor:
+    """A thread asking every node's status each :data:`INTERVAL_S`."""
+
+    def __init__(self, stream: LocalStream, t0: float) -> None:
+        self.stream, self.t0 = stream, t0
+        self.samples: list[Sample] = []
+        self.exits: list[str] = []  # daemons that exited on their own (not killed by a fault)
+        self._seen_exits: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-monitor", daemon=True)
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        config, names = self.stream.config, self.stream.node_names
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                answers = asyncio.run(gather_status(config, names[0], ASK_TIMEOUT_S, names))
+            except Exception:  # a status round failing is a gap in the timeline, nothing more
+                answers = {}
+            nodes = [a for a in answers.values() if isinstance(a, NodeStatus)]
+            merged = 0
+            for name in names:
+                try:
+                    files = self.stream.merged_dir(name).glob("log.*")
+                    merged = max(merged, sum(f.stat().st_size for f in files))
+                except OSError:
+                    continue
+            self.samples.append(
+                Sample(
+                    round(began - self.t0, 2),
+                    leader_of(answers) if answers else None,
+                    {n.name: n.commit_index for n in nodes},
+                    {n.name: n.merged_seq for n in nodes},
+                    merged,
+                )
+            )
+            self._note_exits(began - self.t0)
+            self._stop.wait(max(0.0, INTERVAL_S - (time.monotonic() - began)))
+
+    def _note_exits(self, t: float) -> None:
+        """Record daemons that exited with anything but SIGKILL (which only faults send)."""
+        for name, daemon in list(self.stream.daemons.items()):
+            proc = daemon.proc
+            if proc is None or proc.pid in self._seen_exits:
+                continue
+            code = proc.poll()
+            if code is not None and code != -signal.SIGKILL:
+                self._seen_exits.add(proc.pid)
+                self.exits.append(f"{name} exited with status {code} at {t:.0f}s")
+
+
+def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float | None:
+    """Seconds from ``healed_at`` until every node answers, a leader is named, and the
+    stream moves again: a node has merged past the furthest any had at ``healed_at``,
+    or every node has caught up (the same commit index and merged sequence
+    everywhere: nothing left to move once the publishers have stopped). None if
+    never. Merged sequences, not bytes: the archiver's pruning makes the bytes shrink."""
+    before = [s for s in samples if s.t <= healed_at]
+    mark = max((max(s.merged_seq.values(), default=0) for s in before[-3:]), default=0)
+    for s in samples:
+        if s.t < healed_at or not s.leader or len(s.commit_index) != nodes:
+            continue
+        caught_up = len(set(s.commit_index.values())) == 1 and len(set(s.merged_seq.values())) == 1
+        if max(s.merged_seq.values(), default=0) > mark or caught_up:
+            return round(s.t - healed_at, 2)
+    return None

@@ -1,0 +1,165 @@
+"""``rt chaos``: a stream on this machine under load and seeded faults, then a verdict."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import click
+
+from rt_lab.chaos.schedule import FAULTS
+
+_DEFAULT_FAULTS = ",".join(FAULTS)
+
+
+def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    chosen = tuple(f.strip() for f in value.split(",") if f.strip())
+    unknown = [f for f in chosen if f not in FAULTS]
+    if unknown:
+        raise click.BadParameter(f"unknown {', '.join(unknown)}; choose from {_DEFAULT_FAULTS}")
+    return chosen
+
+
+@click.command()
+@click.option(
+    "--nodes", type=click.Choice(["3", "5"]), default="3", show_default=True, help="RT nodes."
+)
+@click.option(
+    "--minutes",
+    type=click.FloatRange(0.25, 24 * 60),
+    default=2.0,
+    show_default=True,
+    help="How long faults are injected under load (recovery and the check come after).",
+)
+@click.option(
+    "--faults",
+    default=_DEFAULT_FAULTS,
+    show_default=True,
+    callback=_faults,
+    help="Comma-separated faults to draw from. partition, disk-full and power-loss need root; "
+    "without it the run moves into a user namespace, where partitions work, full disks "
+    "are tmpfs and power-loss is left out (the report says what was left out and why). "
+    "Where no user namespace can be made either, partitions go through TCP relays.",
+)
+@click.option(
+    "--partitions",
+    type=click.Choice(["auto", "namespaces", "relays"]),
+    default="auto",
+    show_default=True,
+    help="How partitions are made: a network namespace per node (root, or a user "
+    "namespace), or every link through a TCP relay that stops carrying it (no privilege "
+    "at all); auto takes namespaces where they can be made.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed of the schedule; the same seed gives the same faults  [default: random, printed]",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(1, 100_000),
+    default=200.0,
+    show_default=True,
+    help="Messages per second of each of the four publishers.",
+)
+@click.option(
+    "--settle-seconds",
+    type=click.FloatRange(5, 3600),
+    default=120.0,
+    show_default=True,
+    help="After the faults, how long the stream may take to converge before it counts as stuck.",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the stream, the journals and the report (must be empty or new).",
+)
+@click.option(
+    "--schedule-only",
+    is_flag=True,
+    help="Print the schedule the seed gives on this machine (faults it cannot inject left "
+    "out) and exit.",
+)
+def chaos(
+    nodes: str,
+    minutes: float,
+    faults: tuple[str, ...],
+    seed: int | None,
+    rate: float,
+    settle_seconds: float,
+    workdir: Path,
+    schedule_only: bool,
+    partitions: str,
+) -> None:
+    """Run a stream under load while injecting faults from a seeded schedule, then judge it.
+
+    \b
+    The stream: NODES nodes (each its own network namespace as root), two
+    publishers on plain topics and a redundant pair on quotes.dedup, two
+    subscriber hosts each with a subscriber application that keeps its restart
+    position. The faults (one at a time, a quiet gap after each):
+      kill        SIGKILL a daemon, a whole node, several nodes, the leader's
+                  sequencer, a client daemon or an application; restart it later
+      pause       SIGSTOP then SIGCONT, sometimes past the election timeout
+      partition   halves, a minority, a lone leader, a bridge, one-way loss
+      clock       a node's wall clock jumps forward or back (rt_appliance.clock)
+      corrupt     flip a bit, truncate, or zero a block of a file of one node's
+                  input replicas or merged log, while it runs
+      disk-full   a node's filesystem fills up, then has room again
+      power-loss  every node loses what it had not synced (loop-mounted ext4)
+
+    \b
+    Then publishers stop and the stream must settle within --settle-seconds. The
+    checker counts: lost (acknowledged, never delivered), duplicated, reordered,
+    unexpected, dedup (an id delivered twice), divergent (logs or copies that
+    differ), stuck. Messages never acknowledged may be lost; they are counted
+    apart. Writes report.json, report.md and timeline.png to --workdir.
+    Exit status 1 on any violation; the seed is printed either way.
+    """
+    from rt_lab.chaos import userns
+    from rt_lab.chaos.schedule import draw_schedule
+
+    seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+    if userns.wanted(faults, partitions) and not schedule_only:
+        why = userns.unavailable()
+        if why is None:
+            click.echo(
+                "rt chaos: not root; going on in a user namespace of its own (partitions, "
+                "and full disks on tmpfs; power-loss needs root)",
+                err=True,
+            )
+            userns.reexec([*sys.argv[1:], "--seed", str(seed)])
+        click.echo(
+            f"rt chaos: no user namespace ({why}); partitions go through TCP relays", err=True
+        )
+    if userns.inside():
+        userns.prepare()
+    seconds = minutes * 60
+    if schedule_only:
+        from rt_lab.chaos.world import available_faults
+
+        usable, missing = available_faults(faults, partitions)
+        for name, why in missing.items():
+            click.echo(f"left out: {name} ({why})", err=True)
+        for fault in draw_schedule(seed, seconds, int(nodes), usable):
+            click.echo(f"{fault.at_s:8.1f}s  {fault.describe()}")
+        return
+    if workdir.exists() and any(workdir.iterdir()):
+        raise click.UsageError(f"--workdir {workdir} is not empty")
+    from rt_lab.chaos.report import summary, write_report
+    from rt_lab.chaos.runner import ChaosOptions, run_chaos
+
+    click.echo(f"rt chaos: seed {seed}")
+    options = ChaosOptions(
+        workdir.resolve(), seed, int(nodes), seconds, faults, rate, settle_seconds, partitions
+    )
+    result = run_chaos(options, lambda line: click.echo(line, err=True))
+    paths = write_report(result, workdir)
+    click.echo(summary(result))
+    click.echo(f"report: {paths['markdown']}  timeline: {paths['timeline']}")
+    click.echo(f"seed {seed}")
+    if not result.safe:
+        sys.exit(1)

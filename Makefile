@@ -66,7 +66,7 @@ chaos: $(STAMP)
 	    --workdir $(CHAOS_DIR)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check rt_appliance lab tests
+	$(VENV)/bin/ruff check rt_appliance lab fuzz tests
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

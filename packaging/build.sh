@@ -58,7 +58,8 @@ if [ "${RT_PKG_REPACK:-0}" != 1 ] || [ ! -x "$work/opt/rt-appliance/bin/rt" ]; t
             cat "$1/pip.log" >&2
             exit 1
         fi
-        /opt/rt-appliance/bin/python -c "import rt_appliance.log._walk"  # the compiled walk is in
+        # the compiled walk is in (imported from /, not from the sources here)
+        (cd / && /opt/rt-appliance/bin/python -c "import rt_appliance.log._walk")
         /opt/rt-appliance/bin/pip uninstall --quiet --yes pip setuptools
     ' build "$work" "$src"
 fi
@@ -100,7 +101,7 @@ if [ "${RT_PKG_SPARK:-1}" = 1 ]; then
             # Check it as installed: both trees over each other (read only).
             mount -t overlay overlay \
                 -o "lowerdir=$1/opt/rt-appliance:$3/opt/rt-appliance" /opt/rt-appliance
-            /opt/rt-appliance/bin/python -c "import pyspark, pyarrow, py4j, rt_appliance.spark"
+            (cd / && /opt/rt-appliance/bin/python -c "import pyspark, pyarrow, py4j, rt_appliance.spark")
             test -x /opt/rt-appliance/spark/pyspark/bin/spark-class
         ' build "$spark" "$tools" "$work"
     fi

@@ -4,9 +4,9 @@ Every wall-clock reading of the daemons (timestamps of merged records, the
 archiver's ages, heartbeat files, the racy-mtime guard) goes through
 :func:`wall_ns`. Normally that is :func:`time.time_ns`. When the environment names
 a skew file (``RT_CLOCK_SKEW_FILE``), the integer of nanoseconds in it is added,
-read again at most every :data:`REREAD_S`: ``rt chaos`` writes it to make a node's
-clock jump forward or back while it runs, as a stepped NTP clock or a wrong RTC
-would. Timers and timeouts use :func:`time.monotonic`, which no wall-clock jump
+read again at most every :data:`~rt_appliance.limits.CLOCK_SKEW_REREAD_S`: ``rt chaos``
+writes it to make a node's clock jump forward or back while it runs, as a stepped NTP
+clock or a wrong RTC would. Timers and timeouts use :func:`time.monotonic`, which no wall-clock jump
 moves, and OpenSSL checks certificates against the real clock; neither is moved.
 """
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 import time
 
+from rt_appliance.limits import CLOCK_SKEW_REREAD_S
+
 __all__ = ["SKEW_ENV", "skew_ns", "wall", "wall_ns"]
 
 SKEW_ENV = "RT_CLOCK_SKEW_FILE"
-REREAD_S = 0.1
 
 _path = os.environ.get(SKEW_ENV) or None
 _skew = 0
@@ -31,7 +32,7 @@ def skew_ns() -> int:
     if _path is None:
         return 0
     now = time.monotonic()
-    if now - _read_at >= REREAD_S:
+    if now - _read_at >= CLOCK_SKEW_REREAD_S:
         _read_at = now
         try:
             with open(_path) as f:

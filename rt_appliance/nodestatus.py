@@ -20,9 +20,14 @@ from typing import Any
 
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import RTError, TransportError
-from rt_appliance.replicate.messages import FrameType, decode_control
-from rt_appliance.replicate.session import Connection, connect
+from rt_appliance.limits import (
+    NODE_STATUS_POLL_RETRY_S,
+    NODE_STATUS_POLL_TIMEOUT_S,
+    NODE_STATUS_TIMEOUT_S,
+)
 from rt_appliance.sequencer.control import STATUS_ROLE
+from rt_appliance.transport.messages import FrameType, decode_control
+from rt_appliance.transport.session import Connection, connect
 from rt_appliance.transport.tls import client_context
 
 __all__ = [
@@ -154,7 +159,7 @@ class StatusGatherer:
         self,
         config: StreamConfig,
         as_host: str,
-        timeout_s: float = 8.0,
+        timeout_s: float = NODE_STATUS_TIMEOUT_S,
         keep_open: bool = False,
         retry_s: float = 0.0,
     ) -> None:
@@ -224,7 +229,7 @@ class StatusGatherer:
 async def gather_status(
     config: StreamConfig,
     as_host: str,
-    timeout_s: float = 8.0,
+    timeout_s: float = NODE_STATUS_TIMEOUT_S,
     nodes: Iterable[str] | None = None,
 ) -> dict[str, Answer]:
     """Every node's status (or ``nodes``'), asked once on connections of its own."""
@@ -236,7 +241,11 @@ class StatusPoller:
     own, for callers that have none; :meth:`close` it when done."""
 
     def __init__(
-        self, config: StreamConfig, as_host: str, timeout_s: float = 2.0, retry_s: float = 0.5
+        self,
+        config: StreamConfig,
+        as_host: str,
+        timeout_s: float = NODE_STATUS_POLL_TIMEOUT_S,
+        retry_s: float = NODE_STATUS_POLL_RETRY_S,
     ) -> None:
         self.loop = asyncio.new_event_loop()
         self.gatherer = StatusGatherer(config, as_host, timeout_s, keep_open=True, retry_s=retry_s)

@@ -9,7 +9,7 @@ An event says how far a byte stream has come at one point of the path (a positio
 an input, a raft index, a merged position), never which message: the bench maps its
 messages onto these marks afterwards (:mod:`rt_lab.bench.tracemap`). Events
 are per batch, so a trace costs a few lines per wake-up, written through a buffer that
-is flushed at most every ``_FLUSH_S`` and when the process exits.
+is flushed at most every ``limits.TRACE_FLUSH_S`` and when the process exits.
 
 The points, in the order a message passes them:
 
@@ -41,17 +41,18 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from rt_appliance.limits import TRACE_BUFFER_BYTES, TRACE_FLUSH_S
+
 __all__ = ["ENV", "enabled", "event", "start"]
 
 ENV = "RT_TRACE_DIR"
-_FLUSH_S = 0.5
 
 
 class _Tracer:
     def __init__(self, path: Path) -> None:
-        self._file: TextIO = path.open("a", buffering=1 << 16)
+        self._file: TextIO = path.open("a", buffering=TRACE_BUFFER_BYTES)
         self._lock = threading.Lock()  # daemons trace from worker threads too
-        self._next_flush = time.monotonic() + _FLUSH_S
+        self._next_flush = time.monotonic() + TRACE_FLUSH_S
         atexit.register(self.close)
 
     def event(self, point: str, key: str, values: tuple[object, ...]) -> None:
@@ -62,7 +63,7 @@ class _Tracer:
             self._file.write(line)
             if time.monotonic() >= self._next_flush:
                 self._file.flush()
-                self._next_flush = time.monotonic() + _FLUSH_S
+                self._next_flush = time.monotonic() + TRACE_FLUSH_S
 
     def close(self) -> None:
         with self._lock:

@@ -14,8 +14,8 @@ from typing import Any
 from fuzz.targets import Target
 from fuzz.targets.draw import Draw
 from rt_appliance.errors import FrameError
-from rt_appliance.replicate.messages import FrameType, decode_control, encode_control, require
 from rt_appliance.sequencer.control import _positions
+from rt_appliance.transport.messages import FrameType, decode_control, encode_control, require
 
 __all__ = ["TARGET", "check", "input_for"]
 

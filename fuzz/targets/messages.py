@@ -1,4 +1,4 @@
-"""Harness: the push/pull protocol's frame bodies (``replicate/messages.py``).
+"""Harness: the push/pull protocol's frame bodies (``transport/messages.py``).
 
 Input: a byte picking the decoder (a control frame's JSON, a DATA body, a FETCHED body)
 and, for control frames, the frame type; then the frame body. Each decoder returns what
@@ -14,7 +14,7 @@ from typing import Any
 from fuzz.targets import Target
 from fuzz.targets.draw import Draw
 from rt_appliance.errors import FrameError
-from rt_appliance.replicate.messages import (
+from rt_appliance.transport.messages import (
     FrameType,
     decode_control,
     decode_data,

@@ -17,6 +17,15 @@ from pathlib import PurePosixPath
 from rt_appliance.appliance.roles import ROLE_TEMPLATE, SPARK_WORKER, Role, roles_of
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
 from rt_appliance.config.spark import DEFAULT_JAVA_HOME
+from rt_appliance.limits import (
+    NOFILE_BASE,
+    NOFILE_PER_PEER,
+    SPARK_CPU_WEIGHT,
+    SPARK_JVM_OVERHEAD_MIN_BYTES,
+    SPARK_NOFILE,
+    SPARK_WATCHDOG_S,
+    SPARK_WORKER_DAEMON_MEMORY,
+)
 
 __all__ = [
     "CONFIG_PATH",
@@ -35,20 +44,10 @@ DOC_DIR = PurePosixPath("/usr/share/doc/rt-appliance")  # where the package puts
 MARKER = "# Written by `rt apply`"  # first line of every unit rt apply owns
 RTLOG_SCRIPT = PurePosixPath("/etc/rt/spark/rtlog-resource.sh")  # the worker's discovery script
 
-# Files a daemon holds besides its connections: base, plus so many per host and topic.
-_NOFILE_BASE = 4096
-_NOFILE_PER_PEER = 64
-
 # Who else may read and write the data directory: applications in the service group
 # append to a publisher host's pub/ and read a subscriber host's copy of the merged log.
 _UMASK = {HostRole.NODE: "0027", HostRole.PUBLISHER: "0007", HostRole.SUBSCRIBER: "0027"}
 _DIR_MODE = {HostRole.NODE: "0750", HostRole.PUBLISHER: "0770", HostRole.SUBSCRIBER: "0750"}
-
-# The Spark units: what their JVMs need besides the heap Spark is told to use.
-_SPARK_NOFILE = 65536  # a JVM holds every jar of Spark open, and Parquet files and sockets
-_SPARK_CPU_WEIGHT = 50  # below the transport's daemons (100..300): the stream comes first
-_SPARK_WATCHDOG_S = 60  # the pipeline pings between micro-batches, not within one
-_WORKER_DAEMON_MEMORY = 512 << 20  # the worker's own heap (SPARK_DAEMON_MEMORY)
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def _data_dir_setting(data_dir: PurePosixPath, role: HostRole) -> str:
 
 def _limit_nofile(config: StreamConfig) -> int:
     peers = len(config.all_hosts()) + sum(len(p.topics) for p in config.publishers)
-    return _NOFILE_BASE + _NOFILE_PER_PEER * peers
+    return NOFILE_BASE + NOFILE_PER_PEER * peers
 
 
 def render_unit(config: StreamConfig, host: str, role: Role) -> str:
@@ -124,7 +123,7 @@ def spark_memory_max(memory: int) -> int:
     buffers (Arrow), and PySpark runs Python processes beside it: half the heap more,
     at least 1GiB.
     """
-    return memory + max(1 << 30, memory // 2)
+    return memory + max(SPARK_JVM_OVERHEAD_MIN_BYTES, memory // 2)
 
 
 def spark_home(config: StreamConfig) -> PurePosixPath:
@@ -167,8 +166,9 @@ def _render_spark_unit(config: StreamConfig, node: NodeConfig, role: Role) -> st
         # local mode talks to itself only; with a cluster, executors reach the driver
         "spark_local_ip": "127.0.0.1" if spark.master.startswith("local") else node.host,
         "address": node.host,
-        "watchdog_s": _SPARK_WATCHDOG_S,
-        "cpu_weight": _SPARK_CPU_WEIGHT,
+        "watchdog_s": SPARK_WATCHDOG_S,
+        "cpu_weight": SPARK_CPU_WEIGHT,
+        "limit_nofile": SPARK_NOFILE,
     }
     if role == SPARK_WORKER:
         worker = spark.worker
@@ -178,9 +178,9 @@ def _render_spark_unit(config: StreamConfig, node: NodeConfig, role: Role) -> st
             "cores": worker.cores,
             "worker_memory": f"{worker.memory >> 20}m",
             "master_url": worker.master_url,
-            "daemon_memory": f"{_WORKER_DAEMON_MEMORY >> 20}m",
+            "daemon_memory": f"{SPARK_WORKER_DAEMON_MEMORY >> 20}m",
             "discovery_script": RTLOG_SCRIPT,
-            "memory_max": spark_memory_max(worker.memory) + _WORKER_DAEMON_MEMORY,
+            "memory_max": spark_memory_max(worker.memory) + SPARK_WORKER_DAEMON_MEMORY,
         }
     else:
         values["memory_max"] = spark_memory_max(spark.memory)

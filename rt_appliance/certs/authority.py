@@ -18,10 +18,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from rt_appliance.errors import UsageError
+from rt_appliance.limits import CA_CERT_DAYS, CERT_BACKDATE_MINUTES, HOST_CERT_DAYS
 
 __all__ = [
-    "CA_DAYS",
-    "HOST_DAYS",
     "ORGANIZATION",
     "PrivateKey",
     "create_ca",
@@ -30,10 +29,7 @@ __all__ = [
 
 PrivateKey = ec.EllipticCurvePrivateKey
 
-CA_DAYS = 3650
-HOST_DAYS = 825
 ORGANIZATION = "rt-appliance"
-BACKDATE = timedelta(minutes=5)  # a peer whose clock is a little behind still accepts a new cert
 
 
 def _new_key() -> PrivateKey:
@@ -43,14 +39,16 @@ def _new_key() -> PrivateKey:
 def _validity(valid_from: datetime | None, days: int) -> tuple[datetime, datetime]:
     if days < 1:
         raise UsageError(f"a certificate must be valid for at least 1 day, not {days}")
-    start = valid_from if valid_from is not None else datetime.now(UTC) - BACKDATE
+    start = valid_from
+    if start is None:  # backdated: a peer whose clock is a little behind still accepts it
+        start = datetime.now(UTC) - timedelta(minutes=CERT_BACKDATE_MINUTES)
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
     return start, start + timedelta(days=days)
 
 
 def create_ca(
-    stream: str, *, days: int = CA_DAYS, valid_from: datetime | None = None
+    stream: str, *, days: int = CA_CERT_DAYS, valid_from: datetime | None = None
 ) -> tuple[PrivateKey, x509.Certificate]:
     """A new self-signed CA for ``stream``: it may sign host certificates, nothing below them."""
     key = _new_key()
@@ -85,7 +83,7 @@ def issue_host_cert(
     name: str,
     addresses: list[str],
     *,
-    days: int = HOST_DAYS,
+    days: int = HOST_CERT_DAYS,
     valid_from: datetime | None = None,
 ) -> tuple[PrivateKey, x509.Certificate]:
     """A new key and certificate for host ``name``, signed by the CA.

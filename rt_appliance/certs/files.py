@@ -14,10 +14,11 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from rt_appliance.certs.authority import CA_DAYS, PrivateKey, create_ca, issue_host_cert
+from rt_appliance.certs.authority import PrivateKey, create_ca, issue_host_cert
 from rt_appliance.certs.describe import load_certificate, load_private_key
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import CertificateError, UsageError
+from rt_appliance.limits import CA_CERT_DAYS
 from rt_appliance.log.segments import fsync_dir
 
 __all__ = ["cert_pem", "host_addresses", "init_for_config", "issue_for_host", "key_pem"]
@@ -37,7 +38,7 @@ def host_addresses(config: StreamConfig, name: str) -> list[str]:
 
 
 def init_for_config(
-    config: StreamConfig, out_dir: Path, *, days: int, force: bool, ca_days: int = CA_DAYS
+    config: StreamConfig, out_dir: Path, *, days: int, force: bool, ca_days: int = CA_CERT_DAYS
 ) -> list[Path]:
     """Make a CA and a certificate for every host of ``config``; return the files written.
 

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 import click
 
 from rt_appliance.certs import describe, init_for_config, issue_for_host
-from rt_appliance.certs.authority import CA_DAYS, HOST_DAYS
 from rt_appliance.config import load_config
 from rt_appliance.errors import UsageError
+from rt_appliance.limits import CA_CERT_DAYS, HOST_CERT_DAYS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +49,7 @@ def _days_option(help_text: str) -> Callable[[F], F]:
         "--days",
         type=click.IntRange(min=1),
         metavar="DAYS",
-        default=HOST_DAYS,
+        default=HOST_CERT_DAYS,
         show_default=True,
         help=help_text,
     )
@@ -65,7 +65,7 @@ def _days_option(help_text: str) -> Callable[[F], F]:
     "--ca-days",
     type=click.IntRange(min=1),
     metavar="DAYS",
-    default=CA_DAYS,
+    default=CA_CERT_DAYS,
     show_default=True,
     help="Validity of the CA certificate, in days.",
 )

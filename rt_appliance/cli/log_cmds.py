@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from rt_appliance.errors import UsageError
+from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.log.format import FILE_KIND_MERGED, RECORD_HEADER
 from rt_appliance.log.reader import FileReader
 from rt_appliance.log.recovery import FileReport, verify_directory, verify_file
@@ -129,7 +130,11 @@ def inspect(file: str, limit: int, offset: int, payload_bytes: int) -> None:
             _, length, kind_b, _, _, ts, rid = RECORD_HEADER.unpack(
                 head.ljust(RECORD_HEADER.size, b"\0")
             )
-            body = f.read(length) if len(head) == RECORD_HEADER.size and length < 1 << 26 else b""
+            body = (
+                f.read(length)
+                if len(head) == RECORD_HEADER.size and length < MAX_PAYLOAD_BYTES
+                else b""
+            )
             problem = check_record(head + body, 0)[2]
             if problem:
                 click.echo(f"{at:>12}  stop: {problem}")

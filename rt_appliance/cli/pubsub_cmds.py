@@ -13,13 +13,16 @@ import click
 
 from rt_appliance.cli.options import SIZE
 from rt_appliance.errors import UsageError
-from rt_appliance.limits import DEFAULT_FSYNC_INTERVAL_MS, DEFAULT_ROLL_BYTES
+from rt_appliance.limits import (
+    DEFAULT_FSYNC_INTERVAL_MS,
+    DEFAULT_ROLL_BYTES,
+    MAX_FSYNC_INTERVAL_MS,
+    STDIN_READ_BYTES,
+)
 from rt_appliance.log.naming import is_dedup_topic
 from rt_appliance.position import Position
 from rt_appliance.publish import Durability, OnFull, Publisher
 from rt_appliance.subscribe import Message, Subscriber
-
-_STDIN_READ_BYTES = 1 << 20
 
 
 @click.command()
@@ -48,7 +51,7 @@ _STDIN_READ_BYTES = 1 << 20
 )
 @click.option(
     "--fsync-interval-ms",
-    type=click.IntRange(1, 60_000),
+    type=click.IntRange(1, MAX_FSYNC_INTERVAL_MS),
     default=DEFAULT_FSYNC_INTERVAL_MS,
     show_default=True,
     help="Sync period for --fsync interval.",
@@ -129,7 +132,7 @@ def publish(
 def _stdin_lines() -> Iterator[list[bytes]]:
     """Complete lines from stdin, in groups of what one read returned."""
     partial = b""
-    while chunk := os.read(sys.stdin.fileno(), _STDIN_READ_BYTES):
+    while chunk := os.read(sys.stdin.fileno(), STDIN_READ_BYTES):
         lines = (partial + chunk).split(b"\n")
         partial = lines.pop()
         if lines:

@@ -14,14 +14,14 @@ import ctypes
 import ctypes.util
 import logging
 
+from rt_appliance.limits import MALLOC_ARENA_MAX, MMAP_THRESHOLD_BYTES
+
 __all__ = ["return_freed_buffers"]
 
 log = logging.getLogger(__name__)
 
 _M_MMAP_THRESHOLD = -3  # mallopt parameters, from glibc's malloc.h
 _M_ARENA_MAX = -8
-MMAP_THRESHOLD_BYTES = 1 << 20
-ARENA_MAX = 2
 
 
 def return_freed_buffers() -> bool:
@@ -35,7 +35,7 @@ def return_freed_buffers() -> bool:
     except (OSError, AttributeError):
         return False
     ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(_M_ARENA_MAX, ARENA_MAX)
+        mallopt(_M_ARENA_MAX, MALLOC_ARENA_MAX)
     )
     if not ok:
         log.debug("mallopt refused the memory settings; the defaults stay")

@@ -5,14 +5,17 @@ deadline and prints a traceback for each malformed request: a client that opens
 connections and sends nothing (or a byte now and then) would hold threads and
 descriptors for ever. This server serves the same ``/metrics`` text, but:
 
-* a request must arrive whole within :data:`REQUEST_TIMEOUT_S` of the connection, or
+* a request must arrive whole within ``METRICS_REQUEST_TIMEOUT_S`` of the connection, or
   the connection is shut (a slow-loris client cannot stretch it byte by byte);
-* at most :data:`MAX_CONNECTIONS` are served at once; more are closed at accept;
+* at most ``METRICS_MAX_CONNECTIONS`` are served at once; more are closed at accept;
 * it starts without looking its own address up in DNS (http.server's ``getfqdn``,
-  which held each start for 10 s where DNS was out of reach);
+  which held each start until the lookup failed where DNS was out of reach; the delay
+  seen is in docs/BENCHMARKS.md);
 * every refusal (malformed request, over-long line, too many headers, timeout, too
   many connections) is counted in ``rt_metrics_http_rejected_total{reason}`` and
-  logged, at most once per reason every :data:`LOG_EVERY_S` seconds.
+  logged, at most once per reason every ``METRICS_LOG_EVERY_S`` seconds.
+
+The limits are in :mod:`rt_appliance.limits`.
 """
 
 from __future__ import annotations
@@ -28,22 +31,25 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, make_wsgi_app
 
-__all__ = ["LOG_EVERY_S", "MAX_CONNECTIONS", "REQUEST_TIMEOUT_S", "MetricsServer", "start"]
+from rt_appliance.limits import (
+    METRICS_LISTEN_BACKLOG,
+    METRICS_LOG_EVERY_S,
+    METRICS_MAX_CONNECTIONS,
+    METRICS_REQUEST_TIMEOUT_S,
+)
+
+__all__ = ["MetricsServer", "start"]
 
 log = logging.getLogger(__name__)
-
-REQUEST_TIMEOUT_S = 10.0  # to receive a whole request, from accept
-MAX_CONNECTIONS = 16  # served at once; a scraper needs one
-LOG_EVERY_S = 10.0
 
 
 class _Handler(WSGIRequestHandler):
     server: MetricsServer
-    timeout = REQUEST_TIMEOUT_S  # also bounds each read and write of the socket
+    timeout = METRICS_REQUEST_TIMEOUT_S  # also bounds each read and write of the socket
 
     def setup(self) -> None:
         super().setup()
-        self._deadline = threading.Timer(REQUEST_TIMEOUT_S, self._too_slow)
+        self._deadline = threading.Timer(METRICS_REQUEST_TIMEOUT_S, self._too_slow)
         self._deadline.daemon = True
         self._deadline.start()
         self._timed_out = False
@@ -61,7 +67,9 @@ class _Handler(WSGIRequestHandler):
             self.server.refused("timeout" if slow else "broken", str(exc) or type(exc).__name__)
             return
         if self._timed_out:  # what came in before the cut may have been answered, to no one
-            self.server.refused("timeout", f"no whole request within {REQUEST_TIMEOUT_S:g}s")
+            self.server.refused(
+                "timeout", f"no whole request within {METRICS_REQUEST_TIMEOUT_S:g}s"
+            )
 
     def parse_request(self) -> bool:
         parsed = bool(super().parse_request())
@@ -86,7 +94,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     allow_reuse_address = True
-    request_queue_size = 64  # the listen backlog (socketserver's 5 drops bursts of connects)
+    request_queue_size = METRICS_LISTEN_BACKLOG
 
     def __init__(self, host: str, port: int, registry: CollectorRegistry) -> None:
         self.address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
@@ -96,7 +104,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
             ["reason"],
             registry=registry,
         )
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._slots = threading.BoundedSemaphore(METRICS_MAX_CONNECTIONS)
         self._logged: dict[str, float] = {}
         self._unlogged: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -105,7 +113,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     def server_bind(self) -> None:
         """Bind, without http.server's reverse lookup of our own address (``getfqdn``):
-        where DNS cannot be reached that lookup held every daemon's start for 10 s."""
+        where DNS cannot be reached that lookup held every daemon's start until it failed."""
         TCPServer.server_bind(self)
         self.server_name, self.server_port = str(self.server_address[0]), self.server_address[1]
         self.setup_environ()
@@ -114,7 +122,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
         self.rejected.labels(reason).inc()
         now = time.monotonic()
         with self._lock:
-            if now - self._logged.get(reason, -LOG_EVERY_S) < LOG_EVERY_S:
+            if now - self._logged.get(reason, -METRICS_LOG_EVERY_S) < METRICS_LOG_EVERY_S:
                 self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
                 return
             self._logged[reason] = now
@@ -128,7 +136,7 @@ class MetricsServer(ThreadingMixIn, WSGIServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            self.refused("too-many-connections", f"{MAX_CONNECTIONS} already open")
+            self.refused("too-many-connections", f"{METRICS_MAX_CONNECTIONS} already open")
             self.shutdown_request(request)
             return
         try:

@@ -29,11 +29,11 @@ from typing import Protocol
 
 import sdnotify
 
+from rt_appliance.limits import STATUS_LINE_EVERY_S, WATCHDOG_PING_MIN_S
+
 __all__ = ["Notifier", "Served", "install_test_hooks", "keep_alive"]
 
 log = logging.getLogger(__name__)
-
-STATUS_EVERY_S = 1.0  # how often the status line is looked at when no watchdog is set
 
 
 class Served(Protocol):
@@ -93,14 +93,14 @@ def _watchdog_interval(env: dict[str, str] | os._Environ[str]) -> float | None:
     if not usec or (pid and pid != str(os.getpid())):
         return None
     try:
-        return max(int(usec) / 2_000_000, 0.01)
+        return max(int(usec) / 2_000_000, WATCHDOG_PING_MIN_S)
     except ValueError:
         return None
 
 
 async def keep_alive(notifier: Notifier, status: Callable[[], str]) -> None:
     """On the daemon's loop: watchdog pings and status updates until cancelled."""
-    every = notifier.watchdog_s or STATUS_EVERY_S
+    every = notifier.watchdog_s or STATUS_LINE_EVERY_S
     while True:
         if notifier.watchdog_s:
             notifier.watchdog()

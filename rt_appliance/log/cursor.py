@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rt_appliance.clock import wall_ns
 from rt_appliance.errors import CorruptLogError, InvalidPositionError, PositionPrunedError
-from rt_appliance.limits import OFFSET_BITS, ROLL_BITS
+from rt_appliance.limits import MTIME_SLACK_NS, OFFSET_BITS, RECORD_PROBE_BYTES, ROLL_BITS
 from rt_appliance.log.format import RECORD_HEADER
 from rt_appliance.log.reader import Block, FileReader
 from rt_appliance.log.scan import check_record
@@ -24,7 +24,6 @@ from rt_appliance.position import Position
 __all__ = ["LogCursor", "check_offset", "locate", "next_file"]
 
 _SESSION_SHIFT = OFFSET_BITS + ROLL_BITS
-_MTIME_SLACK_NS = 1_000_000_000  # far more than a file system clock tick
 
 
 class LogCursor:
@@ -113,7 +112,7 @@ class LogCursor:
             mtime = os.stat(self.directory).st_mtime_ns
         except FileNotFoundError:
             mtime = -1
-        if mtime == self._listed_mtime and mtime < self._listed_at - _MTIME_SLACK_NS:
+        if mtime == self._listed_mtime and mtime < self._listed_at - MTIME_SLACK_NS:
             return None
         listed_at = wall_ns()
         later = next_file(self.directory, self.file)
@@ -220,7 +219,7 @@ def check_offset(f: StreamFile, offset: int) -> None:
             return
         if offset < header_bytes or offset > size:
             raise InvalidPositionError(f"{f.path}: offset {offset} is outside the file")
-        if check_record(reader.pread(RECORD_HEADER.size + (1 << 16), offset), 0)[2] == "":
+        if check_record(reader.pread(RECORD_HEADER.size + RECORD_PROBE_BYTES, offset), 0)[2] == "":
             return
         while (block := reader.read_block(decode=False)) is not None:
             records = block.records

@@ -36,7 +36,17 @@ import zlib
 from dataclasses import dataclass
 
 from rt_appliance.errors import RecordTooLargeError
-from rt_appliance.limits import MAX_HOST_BYTES, MAX_PAYLOAD_BYTES, MAX_TOPIC_BYTES
+from rt_appliance.invariants import invariant
+from rt_appliance.limits import (
+    FETCH_BYTES,
+    FOLLOW_CHUNK_BYTES,
+    INPUT_SCAN_BYTES,
+    MAX_FILE_HEADER_BYTES,
+    MAX_HOST_BYTES,
+    MAX_PAYLOAD_BYTES,
+    MAX_TOPIC_BYTES,
+    RANGE_READ_BYTES,
+)
 
 __all__ = [
     "FILE_KIND_MERGED",
@@ -100,6 +110,22 @@ RANGE_FIXED = struct.Struct(
     "I"  # record count in the range
     "B"  # topic length
     "B"  # host length
+)
+
+# The read sizes of rt_appliance.limits against this layout: a file header and a range
+# record's payload, with the longest topic and host, each come whole in one read, and a
+# read of records holds at least a record header.
+invariant(
+    HEADER_FIXED.size + MAX_TOPIC_BYTES + MAX_HOST_BYTES + HEADER_CRC.size <= MAX_FILE_HEADER_BYTES,
+    "a file header is read whole",
+)
+invariant(
+    RANGE_FIXED.size + MAX_TOPIC_BYTES + MAX_HOST_BYTES <= RANGE_READ_BYTES,
+    "a range record's payload is read whole",
+)
+invariant(
+    RECORD_HEADER.size <= min(FOLLOW_CHUNK_BYTES, INPUT_SCAN_BYTES, FETCH_BYTES),
+    "a read of records holds a record header",
 )
 
 

@@ -18,7 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError, InvalidPositionError
-from rt_appliance.limits import MAX_BATCH_MESSAGES, MAX_PAYLOAD_BYTES, READ_CHUNK_BYTES
+from rt_appliance.limits import (
+    FOLLOW_CHUNK_BYTES,
+    MAX_BATCH_MESSAGES,
+    MAX_FILE_HEADER_BYTES,
+    MAX_PAYLOAD_BYTES,
+    RANGE_READ_BYTES,
+    READ_CHUNK_BYTES,
+)
 from rt_appliance.log.format import (
     FILE_KIND_MERGED,
     KIND_MESSAGE,
@@ -31,9 +38,6 @@ from rt_appliance.log.format import (
 from rt_appliance.log.scan import Scan, Stop, check_record, scan, scan_columns
 
 __all__ = ["Block", "FileReader", "TailState", "find_valid_record", "read_header"]
-
-_MAX_HEADER_BYTES = 1024
-_FOLLOW_CHUNK_BYTES = 64 << 10  # a read at a file's end asks for this much first
 
 
 @dataclass(slots=True)
@@ -63,7 +67,7 @@ class TailState:
 
 def read_header(path: Path, fd: int) -> FileHeader:
     """Decode the header of an open stream file or raise :class:`CorruptLogError`."""
-    header = decode_file_header(os.pread(fd, _MAX_HEADER_BYTES, 0))
+    header = decode_file_header(os.pread(fd, MAX_FILE_HEADER_BYTES, 0))
     if isinstance(header, str):
         raise CorruptLogError(str(path), 0, header)
     return header
@@ -96,7 +100,7 @@ class FileReader:
         self._buf, self._buf_at = b"", 0  # bytes last read, and the file offset of their start
         # How much the next read asks for: small while following a file's end (a read
         # allocates what it asks for), doubling up to READ_CHUNK_BYTES through a backlog.
-        self._chunk = _FOLLOW_CHUNK_BYTES
+        self._chunk = FOLLOW_CHUNK_BYTES
         self.tail: TailState | None = None
         # A whole record larger than this stops a block read with tail "large" instead of
         # being read into memory at once (replication sends such a record in pieces).
@@ -156,7 +160,7 @@ class FileReader:
                 self._buf, self._buf_at = os.pread(self._fd, chunk, self.offset), self.offset
                 start, fresh = 0, True
                 full = len(self._buf) == chunk
-                self._chunk = min(chunk * 2, READ_CHUNK_BYTES) if full else _FOLLOW_CHUNK_BYTES
+                self._chunk = min(chunk * 2, READ_CHUNK_BYTES) if full else FOLLOW_CHUNK_BYTES
             buf, base = self._buf, self._buf_at
             records = (
                 scan_columns(buf, start, limit)
@@ -226,7 +230,7 @@ class FileReader:
 
     def _enter_range(self) -> bool:
         """Read the range record at :attr:`offset` (merged log) and take its source."""
-        buf = os.pread(self._fd, RECORD_HEADER.size + 1024, self.offset)
+        buf = os.pread(self._fd, RECORD_HEADER.size + RANGE_READ_BYTES, self.offset)
         kind, end, problem = check_record(buf, 0)
         if problem:
             self.tail = self._classify(Scan(0, stop=Stop.BAD, reason=problem), buf)

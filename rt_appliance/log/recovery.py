@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import CorruptLogError
+from rt_appliance.limits import MAX_COUNTED_BYTES, TORN_HEADER_PROBE_BYTES
 from rt_appliance.log.format import HEADER_FIXED, MAGIC, RECORD_HEADER
 from rt_appliance.log.naming import parse_file_name
 from rt_appliance.log.reader import FileReader, TailState
 from rt_appliance.log.segments import StreamFile, fsync_dir, list_files, temporary_files
-
-_MAX_COUNTED_BYTES = 64 << 20  # cut bytes walked to count records; beyond, a lower bound
 
 __all__ = [
     "FileReport",
@@ -123,7 +122,7 @@ def remove_temporary_files(directory: Path) -> list[Path]:
 def _is_torn_header(path: Path) -> bool:
     """Whether ``path`` is shorter than its own header, or only zeros: it holds nothing."""
     with open(path, "rb") as f:
-        data = f.read(1 << 16)
+        data = f.read(TORN_HEADER_PROBE_BYTES)
         rest_is_zero = not data.strip(b"\0") and not f.read(1)
     if rest_is_zero or len(data) < HEADER_FIXED.size:
         return True
@@ -163,7 +162,7 @@ def recover_last_file(directory: Path) -> TruncationReport | None:
         return None
     with open(last.path, "r+b") as f:
         f.seek(report.valid_bytes)
-        lost = _count_cut_records(f.read(_MAX_COUNTED_BYTES))
+        lost = _count_cut_records(f.read(MAX_COUNTED_BYTES))
         f.truncate(report.valid_bytes)
         f.flush()
         os.fsync(f.fileno())

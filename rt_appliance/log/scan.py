@@ -17,7 +17,7 @@ from types import ModuleType
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from rt_appliance.limits import MAX_PAYLOAD_BYTES
+from rt_appliance.limits import MAX_PAYLOAD_BYTES, NUMPY_MIN_RECORDS
 from rt_appliance.log.format import KIND_MESSAGE, KIND_RANGE, RECORD_HEADER
 
 _native: ModuleType | None
@@ -43,7 +43,6 @@ _HEADER_DTYPE = np.dtype(
 )
 _EMPTY_HEADERS = np.zeros(0, dtype=_HEADER_DTYPE)
 _SCAN_HEADER = struct.Struct("<IIIqq")  # the same header, for the few-records path
-_NUMPY_MIN_RECORDS = 64  # below this a plain loop beats numpy's per-call cost
 
 
 def _gather_headers(buf: bytes, offsets: list[int]) -> np.ndarray:
@@ -66,7 +65,7 @@ def _check_headers(
     """
     crc = zlib.crc32
     crcs = [crc(buf[o + 4 : e]) for o, e in zip(offsets, ends, strict=True)]
-    if len(offsets) < _NUMPY_MIN_RECORDS:
+    if len(offsets) < NUMPY_MIN_RECORDS:
         rows = [_SCAN_HEADER.unpack_from(buf, o) for o in offsets]
         bad = [r[0] != c or r[2] != 0 for r, c in zip(rows, crcs, strict=True)]
         cut = bad.index(True) if True in bad else None

@@ -25,7 +25,7 @@ from typing import Generic, TypeVar
 
 from rt_appliance.clock import wall_ns
 from rt_appliance.errors import LogError, LogLockedError
-from rt_appliance.limits import MAX_SESSION
+from rt_appliance.limits import LISTING_SETTLE_NS, LOCK_HOLDER_BYTES, MAX_SESSION
 from rt_appliance.log.naming import file_name, parse_file_name
 
 log = logging.getLogger(__name__)
@@ -80,18 +80,16 @@ def list_files(directory: Path) -> list[StreamFile]:
 
 T = TypeVar("T")
 
-# A directory's mtime is as coarse as the kernel's clock tick: an entry created in the
-# same tick as a listing leaves it unchanged. A listing is trusted only once the mtime
-# it was taken at is older than this.
-_RACY_NS = 100_000_000
-
 
 class ListingCache(Generic[T]):
     """``read(directory)``, read again only when the directory's entries may have changed.
 
     One ``stat`` of the directory replaces listing and parsing it: a new, renamed or
-    deleted entry changes the directory's mtime. The result is shared: do not change it.
-    Safe to call from several threads: the key and its listing are kept as one tuple.
+    deleted entry changes the directory's mtime, but only in clock ticks: an entry created
+    in the same tick as a listing leaves it unchanged, so a listing is trusted only once
+    the mtime it was taken at is older than ``LISTING_SETTLE_NS``. The result is shared:
+    do not change it. Safe to call from several threads: the key and its listing are kept
+    as one tuple.
     """
 
     def __init__(self, directory: Path, read: Callable[[Path], T]) -> None:
@@ -110,7 +108,7 @@ class ListingCache(Generic[T]):
         if trusted is not None and trusted[0] == key:
             return trusted[1]
         value = self._read(self.directory)
-        settled = wall_ns() - st.st_mtime_ns > _RACY_NS
+        settled = wall_ns() - st.st_mtime_ns > LISTING_SETTLE_NS
         self._trusted = (key, value) if settled else None
         return value
 
@@ -197,7 +195,10 @@ class DirectoryLock:
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
-            holder = os.pread(self._fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = (
+                os.pread(self._fd, LOCK_HOLDER_BYTES, 0).decode(errors="replace").strip()
+                or "unknown"
+            )
             os.close(self._fd)
             raise LogLockedError(
                 f"{directory} already has a writer (pid {holder}); one writer per directory"

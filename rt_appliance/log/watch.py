@@ -8,6 +8,8 @@ from pathlib import Path
 
 from inotify_simple import INotify, flags
 
+from rt_appliance.limits import DIRECTORY_POLL_S
+
 __all__ = ["AsyncDirectoryWatcher", "DirectoryWatcher", "wait_for_directory"]
 
 _MASK = (
@@ -60,7 +62,7 @@ def wait_for_directory(directory: Path, timeout_s: float) -> bool:
     while not directory.is_dir():
         if time.monotonic() >= deadline:
             return False
-        time.sleep(min(0.05, timeout_s))
+        time.sleep(min(DIRECTORY_POLL_S, timeout_s))
     return True
 
 

@@ -22,7 +22,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from rt_appliance.errors import LogFullError, UsageError
-from rt_appliance.limits import BUDGET_POLL_MAX_S, BUDGET_POLL_MIN_S
+from rt_appliance.limits import BUDGET_MIN_ROLLS, BUDGET_POLL_MAX_S, BUDGET_POLL_MIN_S
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.segments import StreamFile, fsync_dir, list_files, total_bytes
 
@@ -50,7 +50,7 @@ class Drops:
 
 def check_budget(max_bytes: int, roll_bytes: int, block_timeout_s: float | None) -> None:
     """Raise :class:`UsageError` unless the budget options make sense together."""
-    if max_bytes < 2 * roll_bytes:
+    if max_bytes < BUDGET_MIN_ROLLS * roll_bytes:
         raise UsageError(
             f"max_bytes ({max_bytes}) must be at least twice roll_bytes ({roll_bytes}): "
             "the file being written and one rolled file must fit"

@@ -45,20 +45,21 @@ from rt_appliance.errors import (
     TransportError,
     UsageError,
 )
+from rt_appliance.limits import FETCH_TIMEOUT_S, FETCHER_CLOSE_WAIT_S
 from rt_appliance.log.naming import file_name, parse_publisher_dir, publisher_dir_name
 from rt_appliance.log.segments import list_files
 from rt_appliance.position import Position
-from rt_appliance.replicate.messages import (
+from rt_appliance.replicate.topology import Endpoint, peer_endpoints, pull_source_dir
+from rt_appliance.transport.framing import FRAME_HEADER, write_pieces
+from rt_appliance.transport.listen import set_keepalive
+from rt_appliance.transport.messages import (
     FrameType,
     decode_control,
     decode_fetched,
     encode_fetched,
     require,
 )
-from rt_appliance.replicate.session import Connection, connect
-from rt_appliance.replicate.topology import Endpoint, peer_endpoints, pull_source_dir
-from rt_appliance.transport.framing import FRAME_HEADER, write_pieces
-from rt_appliance.transport.listen import set_keepalive
+from rt_appliance.transport.session import Connection, connect
 from rt_appliance.transport.tls import client_context
 
 __all__ = [
@@ -77,7 +78,6 @@ log = logging.getLogger(__name__)
 FETCH_ROLE = "fetch"  # the HELLO role of a node that sends FETCH
 MERGED_DIR = "merged"
 IN_PREFIX = "in/"
-_CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +263,12 @@ class PeerFetcher:
         self._thread.start()
 
     def fetch(
-        self, node_name: str, dir: str, position: Position, max_bytes: int, timeout_s: float = 5.0
+        self,
+        node_name: str,
+        dir: str,
+        position: Position,
+        max_bytes: int,
+        timeout_s: float = FETCH_TIMEOUT_S,
     ) -> Fetched:
         """Up to ``max_bytes`` bytes of ``dir``'s file at ``position`` on node ``node_name``.
 
@@ -282,7 +287,7 @@ class PeerFetcher:
                 self._fetch(node_name, request, timeout_s), self._loop
             )
         try:
-            return future.result(timeout_s + _CLOSE_WAIT_S)
+            return future.result(timeout_s + FETCHER_CLOSE_WAIT_S)
         except concurrent.futures.CancelledError:
             raise TransportError(f"FETCH from {node_name} cancelled: the fetcher closed") from None
         except TimeoutError:  # only if the loop itself is stuck
@@ -297,9 +302,9 @@ class PeerFetcher:
             self._closed = True
         future = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
         with contextlib.suppress(TimeoutError, concurrent.futures.CancelledError):
-            future.result(_CLOSE_WAIT_S)
+            future.result(FETCHER_CLOSE_WAIT_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(_CLOSE_WAIT_S)
+        self._thread.join(FETCHER_CLOSE_WAIT_S)
         if not self._thread.is_alive():
             self._loop.close()
 

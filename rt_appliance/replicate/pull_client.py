@@ -7,8 +7,8 @@ connects to one node at a time, asks for METADATA (the topology) and sends
 ``PULL {position: where the copy ends}``; the node streams DATA from there. On
 any failure it waits (capped, jittered backoff) and tries the next node with the
 same position: merged logs are identical, so nothing is lost or repeated. A node
-that failed is tried after the others for ``AVOID_AFTER_FAILURE_S``, so a node that
-keeps sending clients away (its sequencer silent) is not the next choice again.
+that failed is tried after the others for ``limits.AVOID_AFTER_FAILURE_S``, so a node
+that keeps sending clients away (its sequencer silent) is not the next choice again.
 
 PRUNE ``{before}`` says the node deleted the files before that position; the
 client deletes its own copies of them (never the file it appends to) unless the
@@ -37,16 +37,10 @@ from rt_appliance.errors import (
     RTError,
     TransportError,
 )
+from rt_appliance.limits import AVOID_AFTER_FAILURE_S, HANDSHAKE_TIMEOUT_S
 from rt_appliance.log.segments import fsync_dir, list_files
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
-from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
-from rt_appliance.replicate.session import (
-    HANDSHAKE_TIMEOUT_S,
-    Connection,
-    connect,
-    finish_in_thread,
-)
 from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.replicate.topology import (
     Endpoint,
@@ -56,13 +50,13 @@ from rt_appliance.replicate.topology import (
     replica_dir,
 )
 from rt_appliance.transport.listen import set_keepalive
+from rt_appliance.transport.messages import FrameType, decode_control, decode_data, require
+from rt_appliance.transport.session import Connection, connect, finish_in_thread
 from rt_appliance.transport.tls import client_context
 
 __all__ = ["ClientMetrics", "PullClient"]
 
 log = logging.getLogger(__name__)
-
-AVOID_AFTER_FAILURE_S = 10.0  # a node that failed is tried after the others for this long
 
 
 class ClientMetrics:

@@ -40,7 +40,17 @@ from rt_appliance.errors import (
     RTError,
     TransportError,
 )
-from rt_appliance.limits import FOLLOW_POLL_S
+from rt_appliance.heartbeat import known_leader, merged_log_stale
+from rt_appliance.limits import (
+    FOLLOW_POLL_S,
+    FRAME_MARGIN_BYTES,
+    HANDSHAKE_TIMEOUT_S,
+    INLINE_READ_BYTES,
+    LAG_UPDATE_S,
+    REFUSAL_DRAIN_S,
+    SHUTDOWN_GRACE_S,
+    STALE_CHECK_S,
+)
 from rt_appliance.log.segments import ListingCache
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import (
@@ -50,39 +60,27 @@ from rt_appliance.replicate.fetch import (
     read_part,
     send_fetched,
 )
-from rt_appliance.replicate.messages import (
-    FRAME_MARGIN_BYTES,
-    FrameType,
-    decode_control,
-    require,
-)
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, finish_in_thread
 from rt_appliance.replicate.topology import (
     DirectoryChanges,
     ServedStream,
-    known_leader,
-    merged_log_stale,
     oldest_position,
     pull_source_dir,
 )
 from rt_appliance.replicate.topology import topology as topology_fields
-from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.messages import (
+    FrameType,
+    decode_control,
+    require,
+)
+from rt_appliance.transport.server import TlsServer
+from rt_appliance.transport.session import Connection, accept, finish_in_thread
 from rt_appliance.transport.tls import server_context
 
 __all__ = ["PullServer", "ServerMetrics"]
 
-# A chunk smaller than this was read at the merged log's tail, from the page cache: the
-# next read is done on the event loop (no thread hand-off per message); after a larger
-# one (catching up, maybe from disk) reads go to a worker thread.
-INLINE_READ_BYTES = 64 << 10
-STALE_CHECK_S = 1.0  # how often an idle pull checks that the node's sequencer is alive
-
 log = logging.getLogger(__name__)
 
 _ROLES = {HostRole.SUBSCRIBER, HostRole.NODE}
-SHUTDOWN_GRACE_S = 2.0
-LAG_UPDATE_S = 1.0
-REFUSAL_DRAIN_S = 1.0
 
 
 class ServerMetrics:
@@ -121,11 +119,12 @@ class PullServer:
         # the oldest file's start, listed again only when a file is added or removed
         self._oldest = ListingCache(self.directory, oldest_position)
         self.metrics = metrics
-        self._context: ssl.SSLContext = server_context(config.tls, node_name)
+        self._server = TlsServer(
+            server_context(config.tls, node_name), self._connection, self._refuse,
+            HANDSHAKE_TIMEOUT_S,
+        )
         self._chunk_bytes = config.replication.max_frame_bytes - FRAME_MARGIN_BYTES
-        self._server: asyncio.Server | None = None
         self._changes: DirectoryChanges | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self._clients = 0  # connections being served
         self.ready = asyncio.Event()  # set once listening
 
@@ -139,7 +138,7 @@ class PullServer:
         self._changes = DirectoryChanges(self.directory)
         host, port = self.node.host, self.config.ports.pull
         try:
-            self._server = await listen_before_tls(host, port, self._handle)
+            await self._server.start(host, port)
         except TransportError:
             await self._changes.close()
             raise
@@ -148,43 +147,25 @@ class PullServer:
 
     async def stop(self) -> None:
         """Stop listening, end every connection, stop watching."""
-        if self._server is not None:
-            self._server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_S)
+        await self._server.stop(SHUTDOWN_GRACE_S)
         if self._changes is not None:
             await self._changes.close()
         log.info("%s stopped serving %s", self.name, self.directory)
 
-    async def _handle(self, reader: Reader, writer: Writer) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            # Ending normally when stop() cancels keeps asyncio's stream callback quiet.
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._connection(reader, writer)
-        finally:
-            self._tasks.discard(task)
+    def _refuse(self, address: str, exc: Exception) -> None:
+        self.metrics.rejected.inc()
+        log.warning("%s refused a pull connection from %s: %s", self.name, address, exc)
 
-    async def _connection(self, reader: Reader, writer: Writer) -> None:
-        address = ":".join(str(part) for part in writer.get_extra_info("peername")[:2])
+    async def _connection(self, reader: Reader, writer: Writer, address: str) -> None:
         try:
-            # TLS here rather than in the listener, so that refusals are counted and logged.
-            await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
             conn, hello = await accept(reader, writer, self.config, self.name, _ROLES)
             fetcher = hello.get("role") == FETCH_ROLE
             if fetcher:
                 await self._check_fetcher(conn)
         except (ssl.SSLError, OSError, TimeoutError, RTError) as exc:
-            self.metrics.rejected.inc()
-            log.warning("%s refused a pull connection from %s: %s", self.name, address, exc)
+            self._refuse(address, exc)
             writer.close()
             return
-        set_keepalive(writer)
         self.metrics.accepted.inc()
         self.metrics.connections.inc()
         self._clients += 1

@@ -20,28 +20,22 @@ from pathlib import Path
 from rt_appliance import trace
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import RTError, TransportError
+from rt_appliance.limits import FRAME_MARGIN_BYTES, LAG_UPDATE_S, PUSH_IDLE_WAIT_S
 from rt_appliance.log.naming import publisher_dir_name
 from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
-from rt_appliance.replicate.messages import (
-    FRAME_MARGIN_BYTES,
-    FrameType,
-    decode_control,
-    require,
-)
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.refusals import Refusals, Stuck
-from rt_appliance.replicate.session import Connection, connect
 from rt_appliance.replicate.source import DirectorySource
+from rt_appliance.transport.messages import FrameType, decode_control, require
+from rt_appliance.transport.session import Connection, connect
 from rt_appliance.transport.tls import client_context
 
 __all__ = ["PushClient"]
 
 log = logging.getLogger(__name__)
-
-_IDLE_WAIT_S = 0.5
 
 
 class PushClient:
@@ -251,9 +245,9 @@ class PushClient:
                         sent_any = True
                 if time.monotonic() >= next_lag_update:
                     self._update_lag(node)
-                    next_lag_update = time.monotonic() + 1.0
+                    next_lag_update = time.monotonic() + LAG_UPDATE_S
                 if not sent_any:
-                    await watcher.wait(min(_IDLE_WAIT_S, timeout / 4))
+                    await watcher.wait(min(PUSH_IDLE_WAIT_S, timeout / 4))
 
     def _update_lag(self, node: str) -> None:
         for d in self.dirs:

@@ -13,19 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import ssl
 from functools import partial
 from pathlib import Path
 
 from rt_appliance import trace
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import CorruptLogError, LogFullError, PeerRejectedError, RTError
+from rt_appliance.limits import HANDSHAKE_TIMEOUT_S, SHUTDOWN_GRACE_S
 from rt_appliance.log.naming import parse_publisher_dir
-from rt_appliance.replicate.messages import FrameType, decode_control, decode_data, require
 from rt_appliance.replicate.push_metrics import PushMetrics
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept
 from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
-from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.messages import FrameType, decode_control, decode_data, require
+from rt_appliance.transport.server import TlsServer
+from rt_appliance.transport.session import Connection, accept
 from rt_appliance.transport.tls import server_context
 
 __all__ = ["PushServer"]
@@ -51,10 +51,12 @@ class PushServer:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or, without one, until cancelled)."""
-        context = server_context(self.config.tls, self.node.name)
-        self._context = context
+        server = TlsServer(
+            server_context(self.config.tls, self.node.name), self._connection,
+            self._refuse_handshake, HANDSHAKE_TIMEOUT_S,
+        )
         self._scan_replicas()
-        server = await listen_before_tls(self.node.host, self.config.ports.push, self._handle)
+        await server.start(self.node.host, self.config.ports.push)
         self.ready.set()
         log.info(
             "push server %s listening on %s:%d, replicas in %s",
@@ -66,8 +68,7 @@ class PushServer:
         try:
             await (stop or asyncio.Event()).wait()
         finally:
-            server.close()
-            await server.wait_closed()
+            await server.stop(SHUTDOWN_GRACE_S)
             for replica in self._replicas.values():
                 replica.close()
 
@@ -99,20 +100,15 @@ class PushServer:
             )
         return replica
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = ":".join(str(part) for part in writer.get_extra_info("peername")[:2])
+    def _refuse_handshake(self, address: str, exc: Exception) -> None:
+        self.metrics.rejected.labels(reason="tls").inc()
+        log.warning("push connection from %s refused in the TLS handshake: %s", address, exc)
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> None:
         conn: Connection | None = None
         try:
-            # TLS here rather than in the listener, so that refused handshakes are counted.
-            try:
-                await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
-            except (ssl.SSLError, OSError, TimeoutError) as exc:
-                self.metrics.rejected.labels(reason="tls").inc()
-                log.warning(
-                    "push connection from %s refused in the TLS handshake: %s", address, exc
-                )
-                return
-            set_keepalive(writer)
             conn, _ = await accept(
                 reader, writer, self.config, self.node.name, {HostRole.PUBLISHER}
             )

@@ -4,7 +4,7 @@ A replication client reconnects after every failure. When a peer accepts the
 connection and then refuses the same bytes again and again (a replica it cannot
 use, a full disk, a record it will not take), reconnecting at once only fills the
 logs. :class:`Refusals` counts connections that ended with the same reason at the
-same place with nothing acknowledged in between; after ``STUCK_AFTER`` of them
+same place with nothing acknowledged in between; after ``limits.STUCK_AFTER`` of them
 the connection is *stuck*: the client logs one error naming the file, the offset
 and the reason, shows it in its metrics (``rt replication status`` reads them),
 and retries at its slowest backoff until the peer takes the bytes.
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rt_appliance.limits import STUCK_AFTER
 from rt_appliance.position import Position
 
-__all__ = ["STUCK_AFTER", "Refusals", "Stuck"]
-
-STUCK_AFTER = 5  # identical refusals in a row that make a connection stuck
+__all__ = ["Refusals", "Stuck"]
 
 
 @dataclass(frozen=True, slots=True)

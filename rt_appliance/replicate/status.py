@@ -14,10 +14,10 @@ from dataclasses import asdict, dataclass
 from prometheus_client.parser import text_string_to_metric_families
 
 from rt_appliance.config.model import StreamConfig
+from rt_appliance.limits import METRICS_SCRAPE_TIMEOUT_S
 
 __all__ = ["ConnectionStatus", "collect_status", "scrape"]
 
-_TIMEOUT_S = 2.0
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
@@ -42,7 +42,7 @@ def scrape(host: str, port: int) -> Samples | None:
     """``{metric name: [(labels, value)]}`` from ``http://host:port/metrics``, or None."""
     try:
         with urllib.request.urlopen(
-            f"http://{host}:{port}/metrics", timeout=_TIMEOUT_S
+            f"http://{host}:{port}/metrics", timeout=METRICS_SCRAPE_TIMEOUT_S
         ) as response:
             text = response.read().decode()
     except (urllib.error.URLError, OSError, TimeoutError):

@@ -10,23 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from rt_appliance.clock import wall
-from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig, SubscriberHost
+from rt_appliance.config.model import NodeConfig, StreamConfig, SubscriberHost
 from rt_appliance.errors import FrameError
 from rt_appliance.limits import FOLLOW_POLL_S
 from rt_appliance.log.segments import bytes_after, list_files
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
-from rt_appliance.replicate.messages import require
 from rt_appliance.replicate.source import DirectorySource
+from rt_appliance.transport.messages import require
 
 __all__ = [
     "DirectoryChanges",
@@ -45,7 +42,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,50 +74,6 @@ def topology(config: StreamConfig, leader: str | None) -> dict[str, Any]:
         "nodes": [{"name": e.name, "host": e.host, "port": e.port} for e in endpoints(config)],
         "leader": leader,
     }
-
-
-SEQUENCER_STALE_S = 3.0  # a sequencer heartbeat older than this: the node's log is not growing
-
-
-def sequencer_file(config: StreamConfig, node: NodeConfig) -> Path:
-    """Where a node's sequencer says, every half second, who leads and whether it has quorum."""
-    return config.data_dir_of(node) / "sequencer.json"
-
-
-def write_sequencer_file(path: Path, leader: str | None, has_quorum: bool) -> None:
-    """The sequencer's heartbeat (atomically replaced)."""
-    tmp = path.with_name(f".{path.name}.new")
-    tmp.write_text(json.dumps({"leader": leader, "has_quorum": has_quorum, "time": wall()}))
-    tmp.replace(path)
-
-
-def _sequencer_state(config: StreamConfig, node: NodeConfig) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(sequencer_file(config, node).read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def known_leader(config: StreamConfig, node: NodeConfig) -> str | None:
-    """The leader as this node's sequencer last saw it (None: unknown or no sequencer)."""
-    doc = _sequencer_state(config, node)
-    name = doc.get("leader") if doc else None
-    return name if isinstance(name, str) and config.role_of(name) is HostRole.NODE else None
-
-
-def merged_log_stale(config: StreamConfig, node: NodeConfig) -> str | None:
-    """Why this node's merged log cannot grow now (its sequencer silent or without quorum),
-    or None. A node that never ran a sequencer is never called stale."""
-    doc = _sequencer_state(config, node)
-    if doc is None:
-        return None
-    age = wall() - float(doc.get("time", 0))
-    if age > SEQUENCER_STALE_S:
-        return f"its sequencer has been silent for {age:.0f}s"
-    if not doc.get("has_quorum"):
-        return "its sequencer has no quorum"
-    return None
 
 
 def parse_topology(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.config.model import ArchiverConfig
+from rt_appliance.limits import MAX_FILE_HEADER_BYTES
 from rt_appliance.log.format import decode_file_header
 from rt_appliance.log.segments import list_files
 
@@ -48,7 +49,7 @@ def merged_files(directory: Path) -> list[MergedFile]:
     for f in list_files(directory):
         try:
             with open(f.path, "rb") as fh:
-                header = decode_file_header(fh.read(1024))
+                header = decode_file_header(fh.read(MAX_FILE_HEADER_BYTES))
                 size = os.fstat(fh.fileno()).st_size
         except FileNotFoundError:
             continue

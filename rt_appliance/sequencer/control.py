@@ -1,4 +1,4 @@
-"""The sequencer's control channel (``ports.control``, mutual TLS, the replication framing).
+"""The sequencer's control channel (``ports.control``, mutual TLS, the stream's framing).
 
 Requests, each answered by one frame:
 
@@ -22,9 +22,17 @@ from typing import Any
 
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import FrameError, RTError, TransportError
-from rt_appliance.replicate.messages import FrameType, decode_control, require
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S, Connection, accept, connect
-from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.limits import (
+    HANDSHAKE_TIMEOUT_S,
+    LEADER_CHECK_S,
+    REPORT_ANSWER_S,
+    REPORT_RETRY_FIRST_S,
+    SHUTDOWN_GRACE_S,
+    STATUS_ANSWER_S,
+)
+from rt_appliance.transport.messages import FrameType, decode_control, require
+from rt_appliance.transport.server import TlsServer
+from rt_appliance.transport.session import Connection, accept, connect
 from rt_appliance.transport.tls import client_context, server_context
 
 __all__ = ["ControlServer", "Reporter", "query_status"]
@@ -55,44 +63,32 @@ class ControlServer:
             status,
             on_refused,
         )
-        self._context = server_context(config.tls, node_name)
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._server = TlsServer(
+            server_context(config.tls, node_name), self._connection, self._refuse,
+            HANDSHAKE_TIMEOUT_S,
+        )
 
     async def start(self) -> None:
         host, port = self.config.node(self.name).host, self.config.ports.control
-        self._server = await listen_before_tls(host, port, self._handle)
+        await self._server.start(host, port)
         log.info("control channel on %s:%d", host, port)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=2)
+        await self._server.stop(SHUTDOWN_GRACE_S)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        try:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._connection(reader, writer)
-        finally:
-            self._tasks.discard(task)
+    def _refuse(self, address: str, exc: Exception) -> None:
+        self.on_refused()
+        log.warning("control: refused a connection from %s: %s", address, exc)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = ":".join(str(p) for p in writer.get_extra_info("peername")[:2])
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> None:
         try:
-            await asyncio.wait_for(writer.start_tls(self._context), HANDSHAKE_TIMEOUT_S)
             conn, _hello = await accept(reader, writer, self.config, self.name, _ALL_ROLES)
         except (ssl.SSLError, OSError, TimeoutError, RTError) as exc:
-            self.on_refused()
-            log.warning("control: refused a connection from %s: %s", address, exc)
+            self._refuse(address, exc)
             writer.close()
             return
-        set_keepalive(writer)
         try:
             while True:
                 frame_type, body = await conn.receive()
@@ -134,9 +130,6 @@ def _positions(fields: dict[str, Any]) -> dict[str, int]:
     }
 
 
-_RETRY_FIRST_S = 0.05  # a failed report is retried after this, doubling up to the interval
-_ANSWER_S = 5.0  # a leader that does not answer a report within this is dialled again
-_LEADER_CHECK_S = 0.05  # while waiting for an answer, how often the leader is looked at
 
 
 class Reporter:
@@ -165,7 +158,7 @@ class Reporter:
         interval = self.config.sequencer.report_interval_ms / 1000
         conn: Connection | None = None
         target: str | None = None
-        backoff = _RETRY_FIRST_S
+        backoff = REPORT_RETRY_FIRST_S
         while True:
             leader = self.leader()
             if leader is None or leader == self.name:
@@ -193,7 +186,7 @@ class Reporter:
                     conn = None
                     backoff = await self._back_off(backoff, interval)
                     continue
-                backoff = _RETRY_FIRST_S
+                backoff = REPORT_RETRY_FIRST_S
             except (
                 RTError,
                 OSError,
@@ -210,21 +203,21 @@ class Reporter:
             await self._wait(interval)
 
     async def _answer(self, conn: Connection, leader: str) -> tuple[int, bytes]:
-        """The leader's answer to a report, within :data:`_ANSWER_S`; given up as soon as
+        """The leader's answer to a report, within :data:`REPORT_ANSWER_S`; given up as soon as
         raft names another leader (an old leader cut off by a partition never answers,
         and the new one must hear from this node to merge)."""
         receive = asyncio.ensure_future(conn.receive())
-        deadline = asyncio.get_running_loop().time() + _ANSWER_S
+        deadline = asyncio.get_running_loop().time() + REPORT_ANSWER_S
         try:
             while True:
-                done, _ = await asyncio.wait({receive}, timeout=_LEADER_CHECK_S)
+                done, _ = await asyncio.wait({receive}, timeout=LEADER_CHECK_S)
                 if done:
                     return receive.result()
                 now = self.leader()
                 if now != leader:
                     raise TransportError(f"no answer from {leader}, and the leader is now {now}")
                 if asyncio.get_running_loop().time() >= deadline:
-                    raise TransportError(f"no answer from {leader} within {_ANSWER_S:.0f} s")
+                    raise TransportError(f"no answer from {leader} within {REPORT_ANSWER_S:.0f} s")
         finally:
             if not receive.done():
                 receive.cancel()
@@ -237,7 +230,7 @@ class Reporter:
         of times a second), then as usual; returns the next, doubled backoff."""
         await asyncio.sleep(backoff)
         await self._wait(max(0.0, interval - backoff))
-        return min(backoff * 2, max(interval, _RETRY_FIRST_S))
+        return min(backoff * 2, max(interval, REPORT_RETRY_FIRST_S))
 
     async def _wait(self, interval: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -267,7 +260,7 @@ async def query_status(config: StreamConfig, as_host: str, node_name: str) -> di
     )
     try:
         await conn.send(FrameType.STATUS, {})
-        frame_type, body = await asyncio.wait_for(conn.receive(), 5.0)
+        frame_type, body = await asyncio.wait_for(conn.receive(), STATUS_ANSWER_S)
         if frame_type != FrameType.STATE:
             raise TransportError(f"{node_name} answered frame type {frame_type} to STATUS")
         return decode_control(frame_type, body)

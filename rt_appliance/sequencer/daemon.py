@@ -42,10 +42,21 @@ from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.errors import RTError
+from rt_appliance.heartbeat import sequencer_file, write_sequencer_file
+from rt_appliance.limits import (
+    GAUGES_EVERY_S,
+    HEARTBEAT_EVERY_S,
+    INPUT_WATCH_RETRY_S,
+    INPUT_WATCH_WAIT_S,
+    LAG_PROBE_S,
+    LAG_WINDOW_S,
+    OBSERVE_EVERY_S,
+    PLAN_IDLE_S,
+    PRUNE_COMMIT_WAIT_S,
+)
 from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
-from rt_appliance.replicate.topology import sequencer_file, write_sequencer_file
 from rt_appliance.sequencer import archiver, holds
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.inputs import Inputs
@@ -59,9 +70,6 @@ from rt_appliance.sequencer.state import Prune
 __all__ = ["Sequencer"]
 
 log = logging.getLogger(__name__)
-# The planner's wait when nothing wakes it: only a safety net, every change wakes it.
-_PLAN_IDLE_S = 1.0
-_LAG_PROBE_S = 0.05  # how often the event loop's lateness is sampled
 
 
 class _Total:
@@ -303,10 +311,10 @@ class Sequencer:
                     try:
                         w = AsyncDirectoryWatcher(in_dir, *(in_dir / n for n in names))
                     except OSError:  # a directory vanished between listing and watching
-                        await asyncio.sleep(0.1)
+                        await asyncio.sleep(INPUT_WATCH_RETRY_S)
                         continue
                     watched = names
-                if await w.wait(0.2):
+                if await w.wait(INPUT_WATCH_WAIT_S):
                     self._inputs_changed.set()
                     self._wake.set()
                     self._wake_taken.clear()
@@ -318,7 +326,7 @@ class Sequencer:
     async def _plan_loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _PLAN_IDLE_S)
+                await asyncio.wait_for(self._wake.wait(), PLAN_IDLE_S)
             self._wake.clear()
             self._wake_taken.set()
             if self.raft.is_leader():
@@ -347,7 +355,7 @@ class Sequencer:
             done = asyncio.Event()
             self.raft.propose(Prune(below, reason, wall_ns()).encode(), _setter(done))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), 10)
+                await asyncio.wait_for(done.wait(), PRUNE_COMMIT_WAIT_S)
 
     async def _observe_loop(self) -> None:
         path = sequencer_file(self.config, self.config.node(self.name))
@@ -378,7 +386,7 @@ class Sequencer:
                 await asyncio.to_thread(self._inputs)
                 await asyncio.to_thread(self._disk)
                 await asyncio.to_thread(self._holds)
-                next_gauges = time.monotonic() + 1.0
+                next_gauges = time.monotonic() + GAUGES_EVERY_S
             if status.leader != self._leader_seen:
                 log.info(
                     "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
@@ -387,8 +395,8 @@ class Sequencer:
                 self._wake.set()  # a new leader plans at once
             if time.monotonic() >= next_heartbeat:  # for this node's pull server
                 self._heartbeat(path, status.leader, status.has_quorum)
-                next_heartbeat = time.monotonic() + 0.5
-            await asyncio.sleep(0.2)
+                next_heartbeat = time.monotonic() + HEARTBEAT_EVERY_S
+            await asyncio.sleep(OBSERVE_EVERY_S)
 
     def _heartbeat(self, path: Path, leader: str | None, has_quorum: bool) -> None:
         """Write the heartbeat file; a full disk or an I/O error is logged, never fatal.
@@ -398,7 +406,12 @@ class Sequencer:
             write_sequencer_file(path, leader, has_quorum)
         except OSError as exc:
             if not self._heartbeat_failing:
-                log.warning("cannot write the heartbeat %s: %s; retrying every 0.5 s", path, exc)
+                log.warning(
+                    "cannot write the heartbeat %s: %s; retrying every %g s",
+                    path,
+                    exc,
+                    HEARTBEAT_EVERY_S,
+                )
             self._heartbeat_failing = True
             return
         if self._heartbeat_failing:
@@ -409,11 +422,11 @@ class Sequencer:
         """Measure how late the event loop runs a timer: raft's heartbeats and votes wait
         as long, and a lag near ``raft_min_timeout_ms`` costs an election."""
         loop = asyncio.get_running_loop()
-        worst, window_end = 0.0, loop.time() + 1.0
+        worst, window_end = 0.0, loop.time() + LAG_WINDOW_S
         warn_after = self.config.sequencer.raft_min_timeout_ms / 1000 / 2
         while True:
-            due = loop.time() + _LAG_PROBE_S
-            await asyncio.sleep(_LAG_PROBE_S)
+            due = loop.time() + LAG_PROBE_S
+            await asyncio.sleep(LAG_PROBE_S)
             lag = max(0.0, loop.time() - due)
             worst = max(worst, lag)
             if lag > warn_after:
@@ -424,7 +437,7 @@ class Sequencer:
                 )
             if loop.time() >= window_end:
                 self.metrics.loop_lag.set(worst)
-                worst, window_end = 0.0, loop.time() + 1.0
+                worst, window_end = 0.0, loop.time() + LAG_WINDOW_S
 
     def _inputs(self) -> dict[str, Any]:
         """Per input: how far this node holds it, how far it is merged, the bytes between."""

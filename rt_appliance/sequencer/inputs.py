@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rt_appliance.limits import INPUT_SCAN_BYTES, MAX_FILE_HEADER_BYTES, UNBOUNDED_SCAN_RECORDS
 from rt_appliance.log.format import RECORD_HEADER, decode_file_header
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import Stop, scan
@@ -22,9 +23,6 @@ from rt_appliance.position import Position
 __all__ = ["InputDir", "Inputs", "Records", "filter_records"]
 
 log = logging.getLogger(__name__)
-
-_HEADER_PROBE = 1024
-_SCAN_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +140,16 @@ class InputDir:
                         f.path.name,
                         walked.end,
                     )
-                header = decode_file_header(os.pread(fd, _HEADER_PROBE, 0))
+                header = decode_file_header(os.pread(fd, MAX_FILE_HEADER_BYTES, 0))
                 if isinstance(header, str):
                     return None
                 end, last, last_header, verify = header.header_bytes, -1, b"", True
             size = st.st_size
             while end < size:
-                buf = os.pread(fd, min(_SCAN_CHUNK, size - end), end)
-                found = scan(buf, 0, 1 << 30, decode=False, verify=verify)
+                buf = os.pread(fd, min(INPUT_SCAN_BYTES, size - end), end)
+                found = scan(buf, 0, UNBOUNDED_SCAN_RECORDS, decode=False, verify=verify)
                 if found.stop_offset == 0:
-                    if found.stop is Stop.NEED_MORE and len(buf) >= _SCAN_CHUNK:
+                    if found.stop is Stop.NEED_MORE and len(buf) >= INPUT_SCAN_BYTES:
                         length = RECORD_HEADER.size + _record_length(buf)
                         buf = os.pread(fd, length, end)
                         found = scan(buf, 0, 1, decode=False, verify=verify)
@@ -221,7 +219,7 @@ class InputDir:
         room = stop - start.offset
         try:
             buf = os.pread(fd, min(room, max_bytes), start.offset)
-            found = scan(buf, 0, 1 << 30, payloads=False)
+            found = scan(buf, 0, UNBOUNDED_SCAN_RECORDS, payloads=False)
             if not found.offsets and room > max_bytes:  # one record larger than max_bytes
                 length = RECORD_HEADER.size + _record_length(buf)
                 if length > room:  # never past the limit: what a majority holds ends there
@@ -287,7 +285,7 @@ def _input_names(in_dir: Path) -> frozenset[str]:
 def _header_bytes(path: Path) -> int | None:
     try:
         with open(path, "rb") as f:
-            header = decode_file_header(f.read(_HEADER_PROBE))
+            header = decode_file_header(f.read(MAX_FILE_HEADER_BYTES))
     except FileNotFoundError:
         return None
     return None if isinstance(header, str) else header.header_bytes

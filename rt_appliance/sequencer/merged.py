@@ -37,8 +37,6 @@ __all__ = ["MergedLog", "MergedRecord", "merged_record_size", "parse_merged_reco
 
 log = logging.getLogger(__name__)
 
-_CHUNK = 8 << 20
-
 
 @dataclass(frozen=True, slots=True)
 class MergedRecord:

@@ -26,6 +26,15 @@ from pathlib import Path
 from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import RTError
+from rt_appliance.limits import (
+    FETCH_BYTES,
+    INPUT_POLL_S,
+    MERGER_IDLE_WAIT_S,
+    MERGER_RETRY_S,
+    MERGER_STOP_WAIT_S,
+    SYNC_AFTER_ITEMS,
+    UNBOUNDED_SCAN_RECORDS,
+)
 from rt_appliance.log.format import RangeHeader, encode_range
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import scan
@@ -48,10 +57,6 @@ __all__ = ["Merger", "build_record"]
 
 log = logging.getLogger(__name__)
 
-_COPY_CHUNK = 4 << 20
-_SYNC_AFTER_ITEMS = 1024  # a busy merger syncs at least this often (what a snapshot owes)
-_RETRY_S = 1.0
-
 
 def build_record(
     dir_name: str,
@@ -69,7 +74,7 @@ def build_record(
     it again to carry the merge out.
     """
     if records is None:
-        found = scan(source, 0, 1 << 30, payloads=False)
+        found = scan(source, 0, UNBOUNDED_SCAN_RECORDS, payloads=False)
         if found.stop_offset != len(source) or not found.offsets:
             raise ValueError(
                 f"input bytes of {dir_name} at {Position(start)} are not whole records"
@@ -129,7 +134,7 @@ class Merger:
         self._stop.set()
         with self.machine.cond:
             self.machine.cond.notify_all()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=MERGER_STOP_WAIT_S)
         self.sync()
 
     def sync(self) -> None:
@@ -158,7 +163,7 @@ class Merger:
                 self._scrub()
             with self.machine.cond:
                 if not self.machine.pending and self.machine.state.seq <= self.merged.seq:
-                    self.machine.cond.wait(0.5)
+                    self.machine.cond.wait(MERGER_IDLE_WAIT_S)
                     continue
                 item = self.machine.pending[0] if self.machine.pending else None
                 target = self.machine.state.seq
@@ -172,14 +177,14 @@ class Merger:
                     log.exception("merger: unexpected error")
                 what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
                 self.halted = f"seq {what}: {exc}"
-                log.error("merger: %s; retrying in %.0f s", self.halted, _RETRY_S)
-                self._stop.wait(_RETRY_S)
+                log.error("merger: %s; retrying in %.0f s", self.halted, MERGER_RETRY_S)
+                self._stop.wait(MERGER_RETRY_S)
                 continue
             self.halted = ""
             if item is not None:
                 self.machine.done(item)
             with self.machine.cond:
-                due = not self.machine.pending or len(self.machine.unsynced) >= _SYNC_AFTER_ITEMS
+                due = not self.machine.pending or len(self.machine.unsynced) >= SYNC_AFTER_ITEMS
             if due:
                 self.sync()
             self.on_progress()
@@ -281,7 +286,7 @@ class Merger:
                 return None
             if self._input_gone(ins):
                 return None
-            time.sleep(0.002)
+            time.sleep(INPUT_POLL_S)
 
     def _input_gone(self, ins: Merge) -> bool:
         """Whether this node will never hold the input of ``ins``: a later file exists, so
@@ -350,7 +355,7 @@ class Merger:
         else:
             at = Position(self.merged.end)
         while self.merged.seq < target_seq and not self._stop.is_set():
-            got = self.fetcher.fetch(peer, "merged", at, _COPY_CHUNK)
+            got = self.fetcher.fetch(peer, "merged", at, FETCH_BYTES)
             if got.missing:
                 raise RTError(f"{peer} no longer has {at}")
             base = at.offset

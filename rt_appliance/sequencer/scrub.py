@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rt_appliance.errors import RTError
+from rt_appliance.limits import FETCH_BYTES
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.segments import StreamFile
 from rt_appliance.position import Position
@@ -33,7 +34,6 @@ __all__ = ["Damage", "Scrubber"]
 
 log = logging.getLogger(__name__)
 
-FETCH_BYTES = 4 << 20  # per FETCH while repairing
 Fetch = Callable[[str, Position, int], Fetched]  # (peer, position, max bytes) -> answer
 
 

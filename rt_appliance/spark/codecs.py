@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from rt_appliance.limits import ARROW_JSON_BLOCK_BYTES
 from rt_appliance.payloads import decode_arrow
 from rt_appliance.spark.options import BASE_COLUMNS
 
@@ -80,7 +81,7 @@ def _json_columns(payloads: pa.BinaryArray, schema: pa.Schema) -> list[pa.Array]
     try:
         table = pa_json.read_json(
             pa.BufferReader(_lines(payloads)),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=1 << 30),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=ARROW_JSON_BLOCK_BYTES),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=schema, unexpected_field_behavior="ignore"
             ),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.errors import InvalidPositionError, UsageError
+from rt_appliance.limits import DEFAULT_SPLIT_BYTES
 from rt_appliance.log.naming import validate_topic
 from rt_appliance.position import Position
 from rt_appliance.sizes import parse_size
@@ -52,7 +53,6 @@ _KNOWN = {
     "holdfile",
     "splitbytes",
 }
-_DEFAULT_SPLIT_BYTES = 128 << 20  # each task costs ~50 ms of CPU: few, large ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         codec=codec,
         schema_ddl=schema_ddl,
         hold_file=Path(hold) if hold else None,
-        split_bytes=_size("splitBytes", given.get("splitbytes")) or _DEFAULT_SPLIT_BYTES,
+        split_bytes=_size("splitBytes", given.get("splitbytes")) or DEFAULT_SPLIT_BYTES,
     )
 
 

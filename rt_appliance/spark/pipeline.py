@@ -33,6 +33,7 @@ from typing import Any
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.notify import Notifier
 from rt_appliance.errors import RTError, UsageError
+from rt_appliance.limits import STATUS_LINE_EVERY_S
 from rt_appliance.position import Position
 from rt_appliance.sequencer.holds import hold_path, write_hold
 from rt_appliance.spark.java import find_java
@@ -169,7 +170,7 @@ def run_pipeline(
     query = start_query(spark, config, paths, once)
     notifier.ready(f"query running, output {paths.output}")
     log.info("pipeline on %s: %s -> %s", node, paths.merged, paths.output)
-    every = notifier.watchdog_s or 1.0
+    every = notifier.watchdog_s or STATUS_LINE_EVERY_S
     held: Position | None = None
     try:
         while not stop.is_set() and query.isActive:

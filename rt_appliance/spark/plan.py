@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rt_appliance.errors import PositionPrunedError
-from rt_appliance.limits import MAX_BATCH_MESSAGES
+from rt_appliance.limits import DEFAULT_SPLIT_BYTES, MAX_BATCH_MESSAGES
 from rt_appliance.log.cursor import LogCursor
 from rt_appliance.log.segments import list_files
 from rt_appliance.position import Position
@@ -53,7 +53,7 @@ def plan(
     end: Position | None = None,
     max_records: int | None = None,
     max_bytes: int | None = None,
-    split_bytes: int = 128 << 20,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
 ) -> Plan:
     """The records from ``start`` to ``end`` (None: all there are now), within the limits.
 

@@ -17,16 +17,13 @@ import numpy as np
 import pyarrow as pa
 
 from rt_appliance.errors import LogError
-from rt_appliance.limits import MAX_BATCH_MESSAGES
+from rt_appliance.limits import MAX_BATCH_MESSAGES, SPARK_BATCH_BYTES, SPARK_BATCH_ROWS
 from rt_appliance.log.cursor import LogCursor
 from rt_appliance.log.scan import Scan
 from rt_appliance.position import Position
 from rt_appliance.spark.codecs import PayloadCodec
 
-__all__ = ["BATCH_BYTES", "BATCH_ROWS", "read_slice"]
-
-BATCH_ROWS = 65536  # rows per Arrow batch handed to Spark
-BATCH_BYTES = 32 << 20  # ... or payload bytes, whichever comes first
+__all__ = ["read_slice"]
 
 
 @dataclass(slots=True)
@@ -91,7 +88,7 @@ def read_slice(
             position = Position(base | records.stop_offset)
             if topics is None or block.topic in topics:
                 pending.add(block.topic, block.host, base, records)
-            if pending.rows >= BATCH_ROWS or pending.payload_bytes >= BATCH_BYTES:
+            if pending.rows >= SPARK_BATCH_ROWS or pending.payload_bytes >= SPARK_BATCH_BYTES:
                 yield from codec.batches(_flush(pending))
                 pending = _Pending()
     if pending.rows:

@@ -26,6 +26,7 @@ import ssl
 import struct
 
 from rt_appliance.errors import FrameError, TransportError
+from rt_appliance.limits import SLICE_BYTES
 
 __all__ = [
     "FRAME_HEADER",
@@ -37,7 +38,6 @@ __all__ = [
 ]
 
 FRAME_HEADER = struct.Struct("<IB")
-SLICE_BYTES = 256 << 10
 
 
 def encode_frame(frame_type: int, body: bytes | memoryview) -> list[bytes | memoryview]:

@@ -97,6 +97,10 @@ def test_package_install_apply_start_watchdog_upgrade_remove_purge(node: Contain
         "640",
         "root:rt",
     ]
+    # The lab is not in the package: its commands say in one line what to install.
+    demo = node.run("rt", "demo", check=False)
+    assert demo.returncode == 2, demo
+    assert demo.stderr.count("\n") == 1 and "comes with rt-lab" in demo.stderr
 
     # 2. Certificates and the configuration, as an operator makes them.
     (node.root / "etc/rt/rt.yaml").write_text(yaml.safe_dump(STREAM, sort_keys=False))
@@ -205,6 +209,36 @@ def test_rpm_contents_and_scripts() -> None:
         ["dpkg-deb", "-f", str(package(1)), "Depends"], capture_output=True, text=True, check=True
     )
     assert "python3 (>= 3.11)" in deb.stdout and "python3 (<< 3.12)" in deb.stdout
+
+
+# What the lab brings and the product must not: its modules and the peers' clients.
+LAB_PATHS = (
+    "/site-packages/rt_lab/",
+    "/site-packages/rt_lab-",
+    "/site-packages/rt_appliance/bench/",
+    "/site-packages/rt_appliance/chaos/",
+    "/site-packages/rt_appliance/demo/",
+    "/site-packages/rt_appliance/testing/",
+    "/site-packages/nats/",
+    "/site-packages/rstream/",
+    "/site-packages/redis/",
+    "/site-packages/hiredis/",
+    "/site-packages/matplotlib/",
+)
+
+
+@pytest.mark.parametrize("kind", ["deb", "rpm"])
+def test_packages_carry_the_product_only(kind: str) -> None:
+    command = ["dpkg-deb", "-c"] if kind == "deb" else ["rpm", "-qpl"]
+    listing = subprocess.run(
+        [*command, str(package(1, kind))], capture_output=True, text=True, check=True
+    ).stdout
+    paths = [line.split()[-1].removeprefix(".") for line in listing.splitlines() if line]
+    site = "/opt/rt-appliance/lib/python3.11/site-packages"
+    for module in ("rt_appliance/cli/main.py", "rt_appliance/sequencer/daemon.py"):
+        assert f"{site}/{module}" in paths, module
+    lab = sorted(path for path in paths if any(part in path for part in LAB_PATHS))
+    assert lab == []
 
 
 def test_spark_package_contents_and_depends() -> None:

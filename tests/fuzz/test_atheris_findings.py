@@ -26,8 +26,8 @@ from rt_appliance.log.format import (
     FileHeader,
     decode_file_header,
 )
-from rt_appliance.replicate.messages import FrameType, decode_control
 from rt_appliance.sequencer.raft.codec import check_opcodes, dumps, restricted_loads
+from rt_appliance.transport.messages import FrameType, decode_control
 
 pytestmark = pytest.mark.unit
 

@@ -21,7 +21,10 @@ from fuzz.targets.frames import read_all_frames
 from rt_appliance.config.load import ConfigError, parse_config
 from rt_appliance.errors import FrameError
 from rt_appliance.log.format import FileHeader, decode_file_header, encode_file_header
-from rt_appliance.replicate.messages import (
+from rt_appliance.sequencer.control import _positions
+from rt_appliance.sequencer.raft import restricted_loads
+from rt_appliance.transport.framing import FRAME_HEADER, encode_frame
+from rt_appliance.transport.messages import (
     decode_control,
     decode_data,
     decode_fetched,
@@ -29,9 +32,6 @@ from rt_appliance.replicate.messages import (
     encode_fetched,
     require,
 )
-from rt_appliance.sequencer.control import _positions
-from rt_appliance.sequencer.raft import restricted_loads
-from rt_appliance.transport.framing import FRAME_HEADER, encode_frame
 
 pytestmark = pytest.mark.unit
 

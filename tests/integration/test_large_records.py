@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import Publisher
-from rt_appliance.limits import MAX_PAYLOAD_BYTES
+from rt_appliance.limits import FRAME_MARGIN_BYTES, MAX_PAYLOAD_BYTES
 from rt_appliance.log.format import RECORD_HEADER
-from rt_appliance.replicate.messages import FRAME_MARGIN_BYTES
 from rt_appliance.subscribe import Subscriber
 from rt_lab.testing.checkers import assert_clean, check_merged
 from rt_lab.testing.cluster import wait_until

@@ -22,9 +22,9 @@ from rt_appliance import Publisher, Subscriber
 from rt_appliance.config import StreamConfig, TlsConfig, load_config
 from rt_appliance.errors import PeerRejectedError, TransportError
 from rt_appliance.position import Position
-from rt_appliance.replicate.messages import FrameType, decode_control
-from rt_appliance.replicate.session import connect
 from rt_appliance.replicate.topology import Endpoint, candidate_order
+from rt_appliance.transport.messages import FrameType, decode_control
+from rt_appliance.transport.session import connect
 from rt_appliance.transport.tls import client_context
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from tests.integration.test_merged_log import build_merged

@@ -20,16 +20,12 @@ import pytest
 from rt_appliance import Publisher
 from rt_appliance.config import StreamConfig, load_config
 from rt_appliance.errors import FrameError, PeerRejectedError, TransportError, UsageError
+from rt_appliance.limits import FRAME_MARGIN_BYTES
 from rt_appliance.log.format import MAGIC
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import FETCH_ROLE, Fetched, FetchRequest, PeerFetcher
-from rt_appliance.replicate.messages import (
-    FRAME_MARGIN_BYTES,
-    FrameType,
-    decode_control,
-    encode_fetched,
-)
-from rt_appliance.replicate.session import connect
+from rt_appliance.transport.messages import FrameType, decode_control, encode_fetched
+from rt_appliance.transport.session import connect
 from rt_appliance.transport.tls import client_context
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from tests.integration.test_merged_log import build_merged

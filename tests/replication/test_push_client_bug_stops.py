@@ -10,7 +10,7 @@ import pytest
 from rt_appliance.config import load_config
 from rt_appliance.config.model import NodeConfig
 from rt_appliance.replicate.push_client import PushClient
-from rt_appliance.replicate.session import Connection
+from rt_appliance.transport.session import Connection
 from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration

@@ -19,10 +19,10 @@ from cryptography.hazmat.primitives import serialization
 from rt_appliance.certs import create_ca, issue_host_cert, load_certificate, load_private_key
 from rt_appliance.config import load_config
 from rt_appliance.errors import PeerRejectedError, TransportError
-from rt_appliance.replicate.messages import FrameType
-from rt_appliance.replicate.refusals import STUCK_AFTER
-from rt_appliance.replicate.session import connect
+from rt_appliance.limits import STUCK_AFTER
 from rt_appliance.replicate.sink import DAMAGED_DIR
+from rt_appliance.transport.messages import FrameType
+from rt_appliance.transport.session import connect
 from rt_appliance.transport.tls import client_context
 from rt_lab.testing.checkers import log_files
 from rt_lab.testing.cluster import wait_until

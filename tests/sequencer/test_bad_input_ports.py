@@ -32,8 +32,7 @@ import pytest
 
 from rt_appliance.certs.authority import create_ca, issue_host_cert
 from rt_appliance.certs.files import cert_pem, key_pem
-from rt_appliance.daemons.metrics_http import REQUEST_TIMEOUT_S
-from rt_appliance.replicate.session import HANDSHAKE_TIMEOUT_S
+from rt_appliance.limits import HANDSHAKE_TIMEOUT_S, METRICS_REQUEST_TIMEOUT_S
 from rt_lab.testing.cluster import wait_until
 from rt_lab.testing.stream import LocalStream
 from tests.sequencer.conftest import SMALL, Feed, check_stream
@@ -44,7 +43,7 @@ NODE = "rt-1"
 CLOSE_WITHIN_S = HANDSHAKE_TIMEOUT_S + 10  # every bad connection is closed by then
 FD_SLACK = 3  # descriptors a daemon may open meanwhile for its own work (a new file)
 RSS_SLACK = 64 << 20  # memory a daemon may grow by meanwhile (buffers of the stream itself)
-HTTP_CLOSE_WITHIN_S = REQUEST_TIMEOUT_S + 10
+HTTP_CLOSE_WITHIN_S = METRICS_REQUEST_TIMEOUT_S + 10
 
 # port key -> (the daemon behind it, the host whose certificate a valid peer uses,
 # the frame header of its protocol, the metric counting its refusals)

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from rt_appliance.daemons import metrics_http
+from rt_appliance.limits import METRICS_MAX_CONNECTIONS
 from rt_lab.testing.cluster import wait_until
 
 pytestmark = pytest.mark.unit
@@ -21,7 +22,7 @@ TIMEOUT_S = 1.0
 
 @pytest.fixture()
 def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[metrics_http.MetricsServer]:
-    monkeypatch.setattr(metrics_http, "REQUEST_TIMEOUT_S", TIMEOUT_S)
+    monkeypatch.setattr(metrics_http, "METRICS_REQUEST_TIMEOUT_S", TIMEOUT_S)
     monkeypatch.setattr(metrics_http._Handler, "timeout", TIMEOUT_S)
     registry = CollectorRegistry()
     Counter("rt_example", "an example", registry=registry).inc(3)
@@ -105,12 +106,12 @@ def test_connections_beyond_the_limit_are_closed_and_the_rest_time_out(
     idle = [socket.create_connection(_address(server)) for _ in range(24)]
     try:
         wait_until(
-            lambda: _rejected(server, "too-many-connections") == 24 - metrics_http.MAX_CONNECTIONS,
+            lambda: _rejected(server, "too-many-connections") == 24 - METRICS_MAX_CONNECTIONS,
             5,
             "the connections past the limit to be refused",
         )
         wait_until(
-            lambda: _rejected(server, "timeout") == metrics_http.MAX_CONNECTIONS,
+            lambda: _rejected(server, "timeout") == METRICS_MAX_CONNECTIONS,
             TIMEOUT_S + 5,
             "the idle connections to be cut off",
         )

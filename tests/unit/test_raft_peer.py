@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from rt_appliance.sequencer.raft.peer import SEND_BUFFER_BYTES, Peer
+from rt_appliance.limits import RAFT_SEND_BUFFER_BYTES
+from rt_appliance.sequencer.raft.peer import Peer
 
 
 class _Transport:
@@ -40,7 +41,7 @@ def test_a_peer_that_stops_reading_is_cut_off_after_the_timeout() -> None:
     peer.writer = writer  # type: ignore[assignment]
     assert peer.send(b"frame 1") and writer.frames == [b"frame 1"]
 
-    transport.buffered = SEND_BUFFER_BYTES  # the peer has read nothing for a while
+    transport.buffered = RAFT_SEND_BUFFER_BYTES  # the peer has read nothing for a while
     assert not peer.send(b"frame 2")  # dropped: raft sends it again later
     assert peer.full_since is not None and not transport.aborted
     assert not peer.send(b"frame 3")  # still within the timeout: dropped, connection kept
@@ -54,7 +55,7 @@ def test_a_peer_that_stops_reading_is_cut_off_after_the_timeout() -> None:
 
 
 def test_a_peer_that_reads_again_is_kept() -> None:
-    transport = _Transport(buffered=SEND_BUFFER_BYTES)
+    transport = _Transport(buffered=RAFT_SEND_BUFFER_BYTES)
     writer = _Writer(transport)
     peer = Peer(SimpleNamespace(timeout_s=3.0), None, "rt-2", ("127.0.0.2", 1))  # type: ignore[arg-type]
     peer.writer = writer  # type: ignore[assignment]

@@ -50,7 +50,7 @@ def test_a_report_stops_waiting_when_another_leader_is_named(tmp_path: Path) -> 
 def test_a_leader_that_never_answers_is_given_up_after_the_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(control, "_ANSWER_S", 0.2)
+    monkeypatch.setattr(control, "REPORT_ANSWER_S", 0.2)
     reporter = _reporter(tmp_path, ["rt-2"])
 
     async def scenario() -> None:

@@ -37,11 +37,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from rt_appliance.errors import RTError
+from rt_appliance.limits import SPARK_BATCH_ROWS
 from rt_appliance.publish import Publisher
 from rt_appliance.spark.codecs import PayloadCodec
 from rt_appliance.spark.options import RAW_DDL
 from rt_appliance.spark.plan import earliest, plan
-from rt_appliance.spark.read import BATCH_ROWS, read_slice
+from rt_appliance.spark.read import read_slice
 from rt_lab.bench.stats import Result, percentile
 
 __all__ = ["SparkBenchOptions", "SparkBenchReport", "run_spark_bench"]
@@ -194,11 +195,11 @@ class _SyntheticReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Count)
-        batch = _prebuilt(BATCH_ROWS, self.arrow_schema)
+        batch = _prebuilt(SPARK_BATCH_ROWS, self.arrow_schema)
         left = partition.rows
         while left > 0:
-            take = min(left, BATCH_ROWS)
-            yield batch if take == BATCH_ROWS else batch.slice(0, take)
+            take = min(left, SPARK_BATCH_ROWS)
+            yield batch if take == SPARK_BATCH_ROWS else batch.slice(0, take)
             left -= take
 
 
@@ -300,7 +301,7 @@ def _batch_read(
             "batch read, Python source yielding pre-built Arrow batches -> noop",
             "rows/s",
             "-",
-            note=f"same schema, {BATCH_ROWS:,}-row batches, {slices} partitions: "
+            note=f"same schema, {SPARK_BATCH_ROWS:,}-row batches, {slices} partitions: "
             "Spark's ceiling for a Python source",
         ),
         "python": Result(

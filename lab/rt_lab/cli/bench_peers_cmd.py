@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
-import sys
 from pathlib import Path
 
 import click
@@ -13,7 +11,17 @@ import click
 from rt_lab.bench.peers.report import notes, plot_cdf, table
 from rt_lab.bench.peers.runner import SYSTEMS, PeersOptions, run_peers_bench
 from rt_lab.bench.report import write_markdown_section
-from rt_lab.bench.stats import filesystem_of, machine_description
+from rt_lab.cli.bench_report import command_line, load_range, machine_line
+from rt_lab.cli.options import (
+    AS_JSON,
+    option,
+    output_option,
+    progress,
+    runs_option,
+    seconds_option,
+    split_commas,
+    workdir_option,
+)
 
 __all__ = ["peers_bench"]
 
@@ -21,7 +29,7 @@ DEFAULT_PLOT = Path("docs/latency-cdf.png")
 
 
 def _systems(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    chosen = tuple(dict.fromkeys(split_commas(value)))  # each system once, in order given
     unknown = [v for v in chosen if v not in SYSTEMS]
     if unknown or not chosen:
         raise click.BadParameter(f"choose from {','.join(SYSTEMS)} (got {value!r})")
@@ -29,62 +37,35 @@ def _systems(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[
 
 
 @click.command("peers")
-@click.option(
-    "--runs",
-    type=click.IntRange(1, 50),
-    default=3,
-    show_default=True,
-    help="Runs per row; the table shows the medians of the runs that passed.",
-)
-@click.option(
+@runs_option(3, "Runs per row; the table shows the medians of the runs that passed.")
+@option(
     "--only",
-    default=",".join(SYSTEMS),
-    show_default=True,
-    callback=_systems,
-    help="Comma-separated systems to run: nats, rabbitmq, redis (both rows), rt (both rows).",
+    click.STRING,
+    ",".join(SYSTEMS),
+    "Comma-separated systems to run: nats, rabbitmq, redis (both rows), rt (both rows).",
+    _systems,
 )
-@click.option(
+@option(
     "--messages",
-    type=click.IntRange(2000),
-    default=200_000,
-    show_default=True,
-    help="Messages of the throughput phase (rt-appliance: half per publisher).",
+    click.IntRange(2000),
+    200_000,
+    "Messages of the throughput phase (rt-appliance: half per publisher).",
 )
-@click.option(
-    "--latency-rate",
-    type=click.IntRange(1, 1_000_000),
-    default=5_000,
-    show_default=True,
-    help="msg/s of the latency phase.",
-)
-@click.option(
-    "--latency-seconds",
-    type=click.FloatRange(0.5, 600),
-    default=10.0,
-    show_default=True,
-    help="Length of the latency phase.",
-)
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/tmp"),
-    show_default=True,
-    help="Where the servers' data, logs and the streams go (a directory "
+@option("--latency-rate", click.IntRange(1, 1_000_000), 5_000, "msg/s of the latency phase.")
+@seconds_option("--latency-seconds", 10.0, "Length of the latency phase.")
+@workdir_option(
+    "Where the servers' data, logs and the streams go (a directory "
     "rt-bench-peers-* in it, removed unless a run failed).",
+    Path("/tmp"),
 )
-@click.option(
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Markdown file whose 'rt bench peers' section is replaced with the results.",
-)
+@output_option("peers")
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help=f"PNG of the latency CDF  [default: {DEFAULT_PLOT} with --output, else none]",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
+@AS_JSON
 def peers_bench(
     runs: int,
     only: tuple[str, ...],
@@ -139,17 +120,13 @@ def peers_bench(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     opts = PeersOptions(workdir, runs, only, messages, latency_rate, latency_seconds)
-    report = run_peers_bench(opts, lambda m: click.echo(f"rt bench peers: {m}", err=True))
+    report = run_peers_bench(opts, progress("rt bench peers"))
     if plot is None and output is not None:
         plot = DEFAULT_PLOT
     if plot is not None and not plot_cdf(report.rows, plot, latency_rate):
         plot = None
-    loads = report.loads or [0.0]
-    machine = (
-        f"{machine_description()}; files on {filesystem_of(str(workdir))}; 1-minute load "
-        f"average {min(loads):.1f}-{max(loads):.1f} as the runs started"
-    )
-    command = ("rt bench peers " + shlex.join(sys.argv[3:])).strip()
+    machine = f"{machine_line(workdir)}; {load_range(report.loads)} as the runs started"
+    command = command_line("peers")
     if as_json:
         body = {
             "command": command,

@@ -9,12 +9,21 @@ from pathlib import Path
 import click
 
 from rt_lab.chaos.schedule import FAULTS
+from rt_lab.cli.options import (
+    flag,
+    nodes_option,
+    option,
+    progress,
+    seconds_option,
+    split_commas,
+    workdir_option,
+)
 
 _DEFAULT_FAULTS = ",".join(FAULTS)
 
 
 def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
-    chosen = tuple(f.strip() for f in value.split(",") if f.strip())
+    chosen = split_commas(value)
     unknown = [f for f in chosen if f not in FAULTS]
     if unknown:
         raise click.BadParameter(f"unknown {', '.join(unknown)}; choose from {_DEFAULT_FAULTS}")
@@ -22,65 +31,56 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
 
 
 @click.command()
-@click.option(
-    "--nodes", type=click.Choice(["3", "5"]), default="3", show_default=True, help="RT nodes."
-)
-@click.option(
+@nodes_option(["3", "5"], "RT nodes.")
+@option(
     "--minutes",
-    type=click.FloatRange(0.25, 24 * 60),
-    default=2.0,
-    show_default=True,
-    help="How long faults are injected under load (recovery and the check come after).",
+    click.FloatRange(0.25, 24 * 60),
+    2.0,
+    "How long faults are injected under load (recovery and the check come after).",
 )
-@click.option(
+@option(
     "--faults",
-    default=_DEFAULT_FAULTS,
-    show_default=True,
-    callback=_faults,
-    help="Comma-separated faults to draw from. partition, disk-full and power-loss need root; "
+    click.STRING,
+    _DEFAULT_FAULTS,
+    "Comma-separated faults to draw from. partition, disk-full and power-loss need root; "
     "without it the run moves into a user namespace, where partitions work, full disks "
     "are tmpfs and power-loss is left out (the report says what was left out and why). "
     "Where no user namespace can be made either, partitions go through TCP relays.",
+    _faults,
 )
-@click.option(
+@option(
     "--partitions",
-    type=click.Choice(["auto", "namespaces", "relays"]),
-    default="auto",
-    show_default=True,
-    help="How partitions are made: a network namespace per node (root, or a user "
+    click.Choice(["auto", "namespaces", "relays"]),
+    "auto",
+    "How partitions are made: a network namespace per node (root, or a user "
     "namespace), or every link through a TCP relay that stops carrying it (no privilege "
     "at all); auto takes namespaces where they can be made.",
 )
-@click.option(
+@option(
     "--seed",
-    type=int,
-    default=None,
-    help="Seed of the schedule; the same seed gives the same faults  [default: random, printed]",
+    click.INT,
+    None,
+    "Seed of the schedule; the same seed gives the same faults  [default: random, printed]",
 )
-@click.option(
+@option(
     "--rate",
-    type=click.FloatRange(1, 100_000),
-    default=200.0,
-    show_default=True,
-    help="Messages per second of each of the four publishers.",
+    click.FloatRange(1, 100_000),
+    200.0,
+    "Messages per second of each of the four publishers.",
 )
-@click.option(
+@seconds_option(
     "--settle-seconds",
-    type=click.FloatRange(5, 3600),
-    default=120.0,
-    show_default=True,
-    help="After the faults, how long the stream may take to converge before it counts as stuck.",
+    120.0,
+    "After the faults, how long the stream may take to converge before it counts as stuck.",
+    least=5,
+    most=3600,
 )
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Directory for the stream, the journals and the report (must be empty or new).",
+@workdir_option(
+    "Directory for the stream, the journals and the report (must be empty or new).", required=True
 )
-@click.option(
+@flag(
     "--schedule-only",
-    is_flag=True,
-    help="Print the schedule the seed gives on this machine (faults it cannot inject left "
+    "Print the schedule the seed gives on this machine (faults it cannot inject left "
     "out) and exit.",
 )
 def chaos(
@@ -156,7 +156,7 @@ def chaos(
     options = ChaosOptions(
         workdir.resolve(), seed, int(nodes), seconds, faults, rate, settle_seconds, partitions
     )
-    result = run_chaos(options, lambda line: click.echo(line, err=True))
+    result = run_chaos(options, progress())
     paths = write_report(result, workdir)
     click.echo(summary(result))
     click.echo(f"report: {paths['markdown']}  timeline: {paths['timeline']}")

@@ -14,41 +14,27 @@ import click
 
 from rt_appliance.cli.options import SIZE
 from rt_appliance.errors import UsageError
+from rt_lab.cli.options import flag, nodes_option, option, seconds_option, workdir_option
 from rt_lab.demo.cluster import ClusterDemoOptions, run_cluster
 from rt_lab.demo.single_host import run_single_host
 
 
 @click.command()
-@click.option(
+@flag(
     "--single-host",
-    is_flag=True,
-    help="The older demo without nodes: a Publisher, an `rt subscribe --follow` process, "
+    "The older demo without nodes: a Publisher, an `rt subscribe --follow` process, "
     "a resume and `rt log verify` on one stream directory.",
 )
-@click.option(
-    "--nodes",
-    type=click.Choice(["1", "3", "5", "7"]),
-    default="3",
-    show_default=True,
-    help="RT nodes, on 127.0.0.1, .2, .3 ...",
+@nodes_option(["1", "3", "5", "7"], "RT nodes, on 127.0.0.1, .2, .3 ...")
+@workdir_option("Directory for the demo's files  [default: a new temporary directory]")
+@seconds_option(
+    "--duration", None, "Seconds of publishing  [default: 10; 5 with --single-host]", most=3600
 )
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory for the demo's files  [default: a new temporary directory]",
-)
-@click.option(
-    "--duration",
-    type=click.FloatRange(0.5, 3600),
-    default=None,
-    help="Seconds of publishing  [default: 10; 5 with --single-host]",
-)
-@click.option(
+@option(
     "--rate",
-    type=click.IntRange(1, 1_000_000),
-    default=None,
-    help="Messages per second of each publisher  [default: 500; 5000 with --single-host]",
+    click.IntRange(1, 1_000_000),
+    None,
+    "Messages per second of each publisher  [default: 500; 5000 with --single-host]",
 )
 @click.option(
     "--roll-bytes",
@@ -57,25 +43,22 @@ from rt_lab.demo.single_host import run_single_host
     show_default="64KiB",
     help="File size at which publishers roll, small so the demo shows rolls.",
 )
-@click.option(
+@flag(
     "--kill-leader",
-    is_flag=True,
-    help="SIGKILL the leader's sequencer halfway, time the failover (until another node "
+    "SIGKILL the leader's sequencer halfway, time the failover (until another node "
     "leads and the merged log advances again), then restart it to catch up. Needs 3+ nodes.",
 )
-@click.option(
+@flag(
     "--no-spark",
-    is_flag=True,
-    help="Skip step 8: the Spark pipeline on a node's merged log (needs Java 17; it took "
+    "Skip step 8: the Spark pipeline on a node's merged log (needs Java 17; it took "
     "about 16 s here for Spark to start and run).",
 )
-@click.option(
+@flag(
     "--free-ports",
-    is_flag=True,
-    help="Use unused ports instead of the defaults (5000-5002, 7100, 8000, 4000-4004), "
+    "Use unused ports instead of the defaults (5000-5002, 7100, 8000, 4000-4004), "
     "e.g. beside a running stream. The demo does so by itself when a default is taken.",
 )
-@click.option("--keep", is_flag=True, help="Keep the work directory (a temporary one is deleted).")
+@flag("--keep", "Keep the work directory (a temporary one is deleted).")
 def demo(
     single_host: bool,
     nodes: str,

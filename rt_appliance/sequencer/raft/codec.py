@@ -12,8 +12,9 @@ Refusing the globals is not enough: CPython's unpickler grows its memo to twice 
 index a ``PUT`` names and fills it, so 9 bytes naming index 2**26 cost a gigabyte
 and 2**32 would ask for 64 GiB; :func:`dumps` (protocol 4) numbers its memo with
 ``MEMOIZE``, one entry per object it wrote, and never writes a ``PUT``. The walk
-costs about four times the decoding itself (1.8 ms against 0.45 ms for an
-``append_entries`` of 1,000 entries, 52 KB, on a loaded 2-core machine).
+costs more than the decoding itself, on every frame: a price paid for refusing a
+frame before it can allocate (the measured cost is in docs/BENCHMARKS.md, "Figures
+behind the limits and defaults").
 """
 
 from __future__ import annotations

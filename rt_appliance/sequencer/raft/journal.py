@@ -18,6 +18,7 @@ from typing import Any
 
 import pysyncobj.journal as _journal
 
+from rt_appliance.limits import JOURNAL_FULL_LOG_EVERY_S, JOURNAL_FULL_RETRY_S
 from rt_appliance.sequencer.raft.vote import Vote, VoteStore
 
 __all__ = ["JOURNALS", "SyncedJournal", "allocated_write", "create_journal", "fsync_and_close"]
@@ -162,10 +163,6 @@ def create_journal(journal_file: str | None = None) -> Any:
     return journal
 
 
-_FULL_RETRY_S = 0.2  # while the disk is full, try to grow the journal this often
-_FULL_LOG_EVERY_S = 30.0
-
-
 def allocated_write(self: Any, offset: int, values: bytes) -> None:
     """``ResizableFile.write`` that allocates the blocks it maps before writing to them.
 
@@ -198,7 +195,7 @@ def _allocate(fd: int, start: int, end: int, name: str) -> None:
             return
         except OSError as exc:
             now = time.monotonic()
-            if now - logged_at >= _FULL_LOG_EVERY_S:
+            if now - logged_at >= JOURNAL_FULL_LOG_EVERY_S:
                 log.error(
                     "raft journal %s: cannot grow to %d bytes (%s); raft waits for room",
                     name,
@@ -206,4 +203,4 @@ def _allocate(fd: int, start: int, end: int, name: str) -> None:
                     exc,
                 )
                 logged_at = now
-            time.sleep(_FULL_RETRY_S)
+            time.sleep(JOURNAL_FULL_RETRY_S)

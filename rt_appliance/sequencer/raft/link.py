@@ -11,6 +11,7 @@ from pysyncobj.node import Node, TCPNode
 
 from rt_appliance import trace
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
+from rt_appliance.limits import RAFT_PEER_TIMEOUT_MIN_S
 from rt_appliance.sequencer.raft.journal import JOURNALS, SyncedJournal
 
 __all__ = ["Link", "address"]
@@ -25,7 +26,9 @@ class Link:
         self.config, self.name, self.journal_path = config, name, journal_path
         me = config.node(name)
         self.listen = (me.host, config.ports.raft)
-        self.timeout_s = max(2.0, config.sequencer.raft_max_timeout_ms / 1000 * 3)
+        self.timeout_s = max(
+            RAFT_PEER_TIMEOUT_MIN_S, config.sequencer.raft_max_timeout_ms / 1000 * 3
+        )
         self.by_address = {address(config, n): n for n in config.nodes}
         self.refusals: collections.Counter[str] = collections.Counter()
         self.on_refused: Callable[[str], None] | None = None

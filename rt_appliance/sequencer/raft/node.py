@@ -4,7 +4,7 @@
   :meth:`RaftNode.run` ticks raft on the sequencer's event loop, at once when a message
   arrives, a proposal is made or a peer comes or goes, and otherwise when raft's next
   timer is due (the leader's next heartbeat, a follower's election deadline; at least
-  every ``_TICK_S``). The TLS links are asyncio streams on the same loop, so a message
+  every ``limits.RAFT_TICK_S``). The TLS links are asyncio streams on the same loop, so a message
   costs no hand-over between threads.
 * **Replicated methods never raise.** :meth:`_Replicated.apply` hands the command bytes
   to the state machine and logs and counts anything it raises; a malformed command is
@@ -34,7 +34,24 @@ from pysyncobj.node import Node, TCPNode
 
 from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
-from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
+from rt_appliance.limits import (
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_INTERVAL_S,
+    KEEPALIVE_PROBES,
+    RAFT_APPEND_BATCH_BYTES,
+    RAFT_BIND_RETRY_S,
+    RAFT_COMMANDS_QUEUE,
+    RAFT_CONNECTION_RETRY_S,
+    RAFT_CONNECTION_TIMEOUT_MIN_S,
+    RAFT_DNS_CACHE_S,
+    RAFT_DNS_FAIL_CACHE_S,
+    RAFT_LEADER_FALLBACK_MIN_S,
+    RAFT_SNAPSHOT_BATCH_BYTES,
+    RAFT_SOCKET_BUFFER_BYTES,
+    RAFT_TICK_FAILURE_LOG_EVERY_S,
+    RAFT_TICK_S,
+    RAFT_TIMER_SLACK_S,
+)
 from rt_appliance.sequencer.raft import patches
 from rt_appliance.sequencer.raft.codec import UNDECODABLE
 from rt_appliance.sequencer.raft.link import Link, address
@@ -43,9 +60,6 @@ from rt_appliance.sequencer.raft.transport import TlsTransport
 __all__ = ["RaftNode", "RaftStatus", "StateMachine"]
 
 log = logging.getLogger(__name__)
-
-_TICK_S = 0.1  # raft's timers are checked at least this often (pysyncobj's autoTickPeriod)
-_TIMER_SLACK_S = 0.001  # a timer tick comes this long after the deadline it serves
 
 
 class StateMachine(Protocol):
@@ -146,7 +160,7 @@ class RaftNode:
     async def run(self) -> None:
         """Run raft on this event loop until cancelled: listen, dial every peer, and tick
         whenever something happens (a message, a proposal, a peer up or down) and at least
-        every ``_TICK_S`` (election and heartbeat timers). Nothing is sent or applied
+        every ``RAFT_TICK_S`` (election and heartbeat timers). Nothing is sent or applied
         before it runs."""
         self._loop = asyncio.get_running_loop()
         self._link.kick = self._kick
@@ -172,7 +186,7 @@ class RaftNode:
         left = due - time.monotonic()
         # a deadline already past was served by the tick that just ran (an election
         # waits for a peer to be connected, and a connection kicks a tick)
-        delay = min(left + _TIMER_SLACK_S, _TICK_S) if left > 0 else _TICK_S
+        delay = min(left + RAFT_TIMER_SLACK_S, RAFT_TICK_S) if left > 0 else RAFT_TICK_S
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_later(delay, self._tick)
@@ -196,7 +210,7 @@ class RaftNode:
             self._tick_failures += 1
             if time.monotonic() >= self._next_failure_log:
                 log.exception("raft: a tick failed (%d so far); ticking on", self._tick_failures)
-                self._next_failure_log = time.monotonic() + 5.0
+                self._next_failure_log = time.monotonic() + RAFT_TICK_FAILURE_LOG_EVERY_S
         finally:
             self._arm_timer()
 
@@ -339,30 +353,30 @@ def _conf(
     return SyncObjConf(
         password=None,  # TLS protects the traffic instead of pysyncobj's own encryption
         autoTick=False,  # ticked by RaftNode.run on the sequencer's event loop
-        autoTickPeriod=_TICK_S,
-        commandsQueueSize=100_000,
+        autoTickPeriod=RAFT_TICK_S,
+        commandsQueueSize=RAFT_COMMANDS_QUEUE,
         raftMinTimeout=min_timeout,
         raftMaxTimeout=max_timeout,
         appendEntriesPeriod=seq.append_entries_period_ms / 1000,
-        connectionTimeout=max(max_timeout, 2.0),
-        connectionRetryTime=1.0,
-        leaderFallbackTimeout=max(max_timeout * 2, 2.0),
+        connectionTimeout=max(max_timeout, RAFT_CONNECTION_TIMEOUT_MIN_S),
+        connectionRetryTime=RAFT_CONNECTION_RETRY_S,
+        leaderFallbackTimeout=max(max_timeout * 2, RAFT_LEADER_FALLBACK_MIN_S),
         appendEntriesUseBatch=False,  # send each new entry and commit at once: latency
-        appendEntriesBatchSizeBytes=1 << 16,
+        appendEntriesBatchSizeBytes=RAFT_APPEND_BATCH_BYTES,
         bindAddress=None,  # the transport binds the node's own address
         preferredAddrType="ipv4",
-        sendBufferSize=1 << 20,
-        recvBufferSize=1 << 20,
-        dnsCacheTime=600.0,
-        dnsFailCacheTime=30.0,
+        sendBufferSize=RAFT_SOCKET_BUFFER_BYTES,
+        recvBufferSize=RAFT_SOCKET_BUFFER_BYTES,
+        dnsCacheTime=RAFT_DNS_CACHE_S,
+        dnsFailCacheTime=RAFT_DNS_FAIL_CACHE_S,
         logCompactionMinEntries=seq.compaction_min_entries,
         logCompactionMinTime=seq.compaction_min_s,
         logCompactionSplit=True,  # nodes take snapshots at different times
-        logCompactionBatchSize=1 << 16,
+        logCompactionBatchSize=RAFT_SNAPSHOT_BATCH_BYTES,
         commandsWaitLeader=True,
         fullDumpFile=snapshot,
         journalFile=journal,
-        bindRetryTime=1.0,
+        bindRetryTime=RAFT_BIND_RETRY_S,
         maxBindRetries=0,
         onReady=None,
         onStateChanged=None,

@@ -15,19 +15,22 @@ from typing import TYPE_CHECKING
 from pysyncobj.node import Node
 
 from rt_appliance.errors import PeerRejectedError, RTError
+from rt_appliance.limits import (
+    RAFT_ANSWER_WAIT_S,
+    RAFT_CONNECT_TIMEOUT_S,
+    RAFT_DIAL_BACKOFF_FIRST_S,
+    RAFT_DIAL_BACKOFF_MAX_S,
+    RAFT_SEND_BUFFER_BYTES,
+)
 from rt_appliance.transport.listen import set_keepalive
 from rt_appliance.transport.tls import peer_name
 
 if TYPE_CHECKING:
     from rt_appliance.sequencer.raft.transport import TlsTransport
 
-__all__ = ["CONNECT_TIMEOUT_S", "SEND_BUFFER_BYTES", "Peer"]
+__all__ = ["Peer"]
 
 log = logging.getLogger(__name__)
-
-SEND_BUFFER_BYTES = 64 << 20  # unsent to one peer; beyond, raft's retransmission covers
-CONNECT_TIMEOUT_S = 3.0
-_ANSWER_WAIT_S = 0.1  # unanswered this long: send the next append anyway
 
 
 class Peer:
@@ -51,16 +54,16 @@ class Peer:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-to-{self.name}")
 
     async def _run(self) -> None:
-        backoff = 0.05
+        backoff = RAFT_DIAL_BACKOFF_FIRST_S
         while not self.stopping:
             try:
                 reader, writer = await self._connect()
             except (OSError, ssl.SSLError, TimeoutError, RTError) as exc:
                 log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                backoff = min(backoff * 2, RAFT_DIAL_BACKOFF_MAX_S)
                 continue
-            backoff = 0.05
+            backoff = RAFT_DIAL_BACKOFF_FIRST_S
             self.in_step = self.awaiting = False
             self.full_since = None
             self.writer = writer
@@ -83,7 +86,7 @@ class Peer:
             asyncio.open_connection(
                 *self.address, ssl=self.transport.client_ctx, server_hostname=None
             ),
-            CONNECT_TIMEOUT_S,
+            RAFT_CONNECT_TIMEOUT_S,
         )
         try:
             set_keepalive(writer)
@@ -108,7 +111,7 @@ class Peer:
             return True
         if self.awaiting and time.monotonic() < self.awaiting_until:
             return False
-        self.awaiting, self.awaiting_until = True, time.monotonic() + _ANSWER_WAIT_S
+        self.awaiting, self.awaiting_until = True, time.monotonic() + RAFT_ANSWER_WAIT_S
         return True
 
     def answered(self, success: bool) -> None:
@@ -119,7 +122,7 @@ class Peer:
         writer = self.writer
         if writer is None or writer.transport.is_closing():
             return False
-        if writer.transport.get_write_buffer_size() >= SEND_BUFFER_BYTES:
+        if writer.transport.get_write_buffer_size() >= RAFT_SEND_BUFFER_BYTES:
             # The peer is not reading. Raft's retransmission covers what is dropped here;
             # a peer that stays stuck is cut off, and the next connection starts afresh.
             now = time.monotonic()

@@ -3,7 +3,7 @@
 pysyncobj's own TCP transport is plaintext. Here every node dials every other node over
 TLS 1.3 with certificates required both ways (:mod:`.peer`); a peer is identified by the
 name in its verified certificate (never by what it says), and only the stream's nodes
-are accepted. Frames are a 4-byte length and a body, at most ``MAX_RAFT_FRAME`` bytes,
+are accepted. Frames are a 4-byte length and a body, at most ``limits.MAX_RAFT_FRAME`` bytes,
 decoded by :func:`.codec.restricted_loads`. No message leaves before the journal sync
 that covers everything written before it has completed (:mod:`.journal`).
 """
@@ -25,20 +25,25 @@ from pysyncobj.transport import Transport
 
 from rt_appliance import trace
 from rt_appliance.errors import RTError, TransportError
+from rt_appliance.limits import (
+    MAX_RAFT_FRAME,
+    RAFT_CONNECT_TIMEOUT_S,
+    RAFT_HELD_MAX,
+    RAFT_LISTEN_RETRY_S,
+    RAFT_LISTEN_WARN_EVERY_S,
+)
 from rt_appliance.sequencer.raft.codec import restricted_loads
 from rt_appliance.sequencer.raft.journal import SyncedJournal
 from rt_appliance.sequencer.raft.link import Link
-from rt_appliance.sequencer.raft.peer import CONNECT_TIMEOUT_S, Peer
+from rt_appliance.sequencer.raft.peer import Peer
 from rt_appliance.transport.listen import listen_before_tls, set_keepalive
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 
-__all__ = ["MAX_RAFT_FRAME", "TlsTransport"]
+__all__ = ["TlsTransport"]
 
 log = logging.getLogger(__name__)
 
-MAX_RAFT_FRAME = 64 << 20
 _LENGTH = struct.Struct("<I")
-_HELD_MAX = 10_000  # messages waiting for a journal sync; beyond, they are dropped
 
 
 class TlsTransport(Transport):  # type: ignore[misc]
@@ -106,7 +111,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             return False
         if journal is None or (not journal.dirty and not self._held):
             return peer.send(frame)
-        if len(self._held) >= _HELD_MAX:
+        if len(self._held) >= RAFT_HELD_MAX:
             return False  # syncs are stuck: raft's retransmission covers what is dropped
         self._held.append((peer, frame, journal.written))
         self._sync_soon(journal)
@@ -160,7 +165,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             peer.start()
 
     async def listen(self) -> None:
-        """Listen for the peers, retrying every second while the port is taken."""
+        """Listen for the peers, retrying while the port is taken."""
         host, port = self.link.listen
         warned = 0.0
         while self._server is None and not self._closing:
@@ -169,8 +174,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
             except TransportError as exc:
                 if time.monotonic() >= warned:
                     log.warning("raft: %s (retrying)", exc)
-                    warned = time.monotonic() + 5.0
-                await asyncio.sleep(1.0)
+                    warned = time.monotonic() + RAFT_LISTEN_WARN_EVERY_S
+                await asyncio.sleep(RAFT_LISTEN_RETRY_S)
         log.info("raft: listening on %s:%d (mutual TLS)", host, port)
         self.listening.set()
 
@@ -191,7 +196,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
         try:
             set_keepalive(writer)
             try:
-                await writer.start_tls(self.server_ctx, ssl_handshake_timeout=CONNECT_TIMEOUT_S)
+                await writer.start_tls(
+                    self.server_ctx, ssl_handshake_timeout=RAFT_CONNECT_TIMEOUT_S
+                )
             except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
                 self.link.refused("handshake", f"{where}: {exc}")
                 return

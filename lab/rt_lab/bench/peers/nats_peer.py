@@ -18,24 +18,23 @@ import contextlib
 import json
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rt_appliance.errors import RTError
-from rt_lab.bench.peers.process import ServerProcess, free_ports, require_binary, wait_ready
-from rt_lab.bench.peers.workload import Receiver, Running, make_batch, paced_async
+from rt_lab.bench.peers.driver import AsyncPublisher, PeerDriver, Publish, hold_subscription
+from rt_lab.bench.peers.process import ServerGroup, ServerProcess, free_ports, require_binary
+from rt_lab.bench.peers.workload import Receiver, Running
 
-__all__ = ["running", "subscribe"]
+__all__ = ["NatsDriver", "subscribe"]
 
 NODES = 3
 STREAM = "BENCH"
 SUBJECT = "bench"
-BATCH = 1000  # messages built at once at full speed
 START_TIMEOUT_S = 60.0
 ACK_TIMEOUT_S = 120.0  # every outstanding acknowledgement must arrive by then
 STREAM_TIMEOUT_S = 30.0  # creating the stream (a JetStream leader must be elected)
-POLL_S = 0.01  # the subscriber's check for "finished"
 
 _CONFIG = """\
 server_name: {name}
@@ -54,12 +53,26 @@ cluster {{
 """
 
 
-@contextlib.contextmanager
-def running(work: Path) -> Iterator[Running]:
-    """Three clustered nats-servers with JetStream on, for as long as the block."""
-    binary = require_binary("nats-server", "nats-server")
-    ports = free_ports(3 * NODES)
-    clients, monitors, routes = ports[:NODES], ports[NODES : 2 * NODES], ports[2 * NODES :]
+class NatsDriver(PeerDriver):
+    """Three clustered nats-servers with JetStream on."""
+
+    start_timeout_s = START_TIMEOUT_S
+
+    def start(self, work: Path, servers: ServerGroup) -> Running:
+        binary = require_binary("nats-server", "nats-server")
+        ports = free_ports(3 * NODES)
+        clients, monitors, routes = ports[:NODES], ports[NODES : 2 * NODES], ports[2 * NODES :]
+        servers.start(*_nodes(binary, work, clients, monitors, routes))
+        urls = [f"nats://127.0.0.1:{p}" for p in clients]
+        servers.wait("JetStream on all three nats-servers", lambda: _healthy(monitors))
+        version = _version(monitors[0])
+        return Running(NatsPublisher(urls[0]), {"url": urls[-1]}, __name__, f"NATS {version}")
+
+
+def _nodes(
+    binary: str, work: Path, clients: list[int], monitors: list[int], routes: list[int]
+) -> list[ServerProcess]:
+    """The cluster's nats-servers, each with its configuration written to ``work``."""
     route_urls = ", ".join(f"nats-route://127.0.0.1:{p}" for p in routes)
     servers = []
     for i in range(NODES):
@@ -78,22 +91,7 @@ def running(work: Path) -> Iterator[Running]:
         )
         servers.append(ServerProcess(f"nats-server {name}", [binary, "-c", str(config)],
                                      work / f"{name}.log"))  # fmt: skip
-    try:
-        for server in servers:
-            server.start()
-        urls = [f"nats://127.0.0.1:{p}" for p in clients]
-        wait_ready("JetStream on all three nats-servers", lambda: _healthy(monitors), servers,
-                   START_TIMEOUT_S)  # fmt: skip
-        version = _version(monitors[0])
-        yield Running(
-            publisher=NatsPublisher(urls[0]),
-            endpoint={"url": urls[-1]},
-            subscriber_module=__name__,
-            version=f"NATS {version}",
-        )
-    finally:
-        for server in servers:
-            server.stop()
+    return servers
 
 
 def _healthy(monitors: list[int]) -> bool:
@@ -109,14 +107,11 @@ def _version(monitor: int) -> str:
         return str(json.load(reply).get("version", "?"))
 
 
-class NatsPublisher:
+class NatsPublisher(AsyncPublisher):
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def reset_stream(self) -> None:
-        asyncio.run(self._reset())
-
-    async def _reset(self) -> None:
+    async def reset_async(self) -> None:
         import nats
         from nats.js.api import StorageType
         from nats.js.errors import NotFoundError
@@ -139,28 +134,8 @@ class NatsPublisher:
         finally:
             await nc.close()
 
-    def publish_all(self, count: int) -> tuple[int, int]:
-        async def publish(send: Callable[[list[bytes]], Awaitable[None]]) -> int:
-            start = time.monotonic_ns()
-            for first in range(0, count, BATCH):
-                await send(make_batch(first, min(BATCH, count - first)))
-            return start
-
-        return asyncio.run(self._publishing(publish))
-
-    def publish_paced(self, rate: int, seconds: float) -> int:
-        async def publish(send: Callable[[list[bytes]], Awaitable[None]]) -> int:
-            await paced_async(send, rate, seconds)
-            return 0
-
-        asyncio.run(self._publishing(publish))
-        return int(rate * seconds)
-
-    async def _publishing(
-        self, publish: Callable[[Callable[[list[bytes]], Awaitable[None]]], Awaitable[int]]
-    ) -> tuple[int, int]:
-        """Connect, run ``publish`` with a sender, wait for every acknowledgement and
-        check them; returns (what ``publish`` returned, monotonic ns when all acked)."""
+    async def publishing(self, publish: Publish, count: int) -> tuple[int, int]:
+        """Every publish is acknowledged on its own future, so ``count`` is not needed."""
         import nats
 
         nc = await nats.connect(self.url)
@@ -201,9 +176,7 @@ async def _subscribe(url: str, receiver: Receiver, ready: Callable[[], None]) ->
 
         sub = await js.subscribe(SUBJECT, cb=handle, ordered_consumer=True,
                                  deliver_policy=DeliverPolicy.ALL)  # fmt: skip
-        ready()
-        while not receiver.finished:
-            await asyncio.sleep(POLL_S)
+        await hold_subscription(receiver, ready)
         await sub.unsubscribe()
     finally:
         await nc.close()

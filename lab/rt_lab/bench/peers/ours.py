@@ -6,22 +6,27 @@ total rate) and prints its figures as JSON; this module reads the end-to-end thr
 latency p50, p99 and max from it. It checks that the subscriber read every message
 (count); the payloads carry no sequence numbers, so duplicates and order are not
 checked per message, and it reports percentiles, not every message's latency.
+
+Its :class:`OurDriver` has the peers' shape, but starts no servers itself: nothing stays
+up between runs, and each run brings up (and takes down) a stream of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OurRun", "cluster_command", "has_option", "parse_cluster_json", "run_ours"]
+from rt_lab.bench.peers.driver import Driver, Progress, RunOutcome, System, Workload
+
+__all__ = ["OurDriver", "cluster_command", "has_option", "parse_cluster_json", "run_ours"]
 
 PUBLISHERS = 2  # rt bench cluster's publishing applications; --messages is per publisher
 RUN_TIMEOUT_S = 900.0
@@ -34,14 +39,48 @@ FIGURES = {  # our name -> how the cluster bench's figure name starts
 }
 
 
-@dataclass(slots=True)
-class OurRun:
-    ok: bool
-    reason: str = ""
-    throughput: float = 0.0
-    p50_ms: float = 0.0
-    p99_ms: float = 0.0
-    max_ms: float = 0.0
+class OurDriver(Driver):
+    """Our stream through ``rt bench cluster``, with ``extra`` options for it."""
+
+    starts_servers = False
+
+    def __init__(self, extra: list[str] | None = None, configuration: str = "") -> None:
+        self.extra = extra or []
+        self.configuration = configuration  # what ``extra`` asks for, to name if it is missing
+
+    def skip_reason(self) -> str:
+        """A row whose option this ``rt bench cluster`` lacks is skipped, not failed."""
+        if not self.extra or has_option(self.extra[0]):
+            return ""
+        return (
+            f"this version of rt bench cluster has no {self.extra[0]} option, so the "
+            f"stream cannot be run with {self.configuration}"
+        )
+
+    def running(self, work: Path) -> contextlib.AbstractContextManager[System]:
+        return contextlib.nullcontext(OurSystem(f"rt-appliance {_our_version()}", work, self.extra))
+
+
+@dataclass(frozen=True, slots=True)
+class OurSystem:
+    """Our stream for a row's runs: each run in a directory of its own under ``work``."""
+
+    version: str
+    work: Path
+    extra: list[str]
+
+    def run(self, number: int, workload: Workload, progress: Progress) -> RunOutcome:
+        workdir = self.work / f"run-{number}"
+        return run_ours(workload.messages, workload.rate, workload.seconds, workdir,
+                        self.extra, progress)  # fmt: skip
+
+
+def _our_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    with contextlib.suppress(PackageNotFoundError):
+        return version("rt-appliance")
+    return "?"
 
 
 def rt_command() -> list[str]:
@@ -93,8 +132,8 @@ def run_ours(
     seconds: float,
     workdir: Path,
     extra: list[str],
-    progress: Callable[[str], None],
-) -> OurRun:
+    progress: Progress,
+) -> RunOutcome:
     """One run of ``rt bench cluster``; failed if it exits non-zero or lacks a figure."""
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [*rt_command(), *cluster_command(messages, rate, seconds, workdir, extra)]
@@ -122,17 +161,23 @@ def run_ours(
         timer.cancel()
         reader.join()
     if proc.returncode != 0:
-        return OurRun(False, f"rt bench cluster exited with {proc.returncode}: "
-                             + " / ".join(tail[-4:]))  # fmt: skip
+        return RunOutcome(False, f"rt bench cluster exited with {proc.returncode}: "
+                                 + " / ".join(tail[-4:]))  # fmt: skip
     try:
         figures = parse_cluster_json("".join(out))
     except ValueError as exc:
-        return OurRun(False, f"unreadable JSON from rt bench cluster: {exc}")
+        return RunOutcome(False, f"unreadable JSON from rt bench cluster: {exc}")
     missing = sorted(set(FIGURES) - set(figures))
     if missing:
-        return OurRun(False, "rt bench cluster reported no " + ", ".join(missing))
+        return RunOutcome(False, "rt bench cluster reported no " + ", ".join(missing))
     shutil.rmtree(workdir, ignore_errors=True)
-    return OurRun(True, "", figures["throughput"], figures["p50"], figures["p99"], figures["max"])
+    return RunOutcome(
+        True,
+        throughput=figures["throughput"],
+        p50_ms=figures["p50"],
+        p99_ms=figures["p99"],
+        max_ms=figures["max"],
+    )
 
 
 def _interrupt(proc: subprocess.Popen[str]) -> None:

@@ -20,7 +20,14 @@ from pathlib import Path
 
 from rt_appliance.errors import RTError
 
-__all__ = ["ServerProcess", "free_ports", "port_open", "require_binary", "wait_ready"]
+__all__ = [
+    "ServerGroup",
+    "ServerProcess",
+    "free_ports",
+    "port_open",
+    "require_binary",
+    "wait_ready",
+]
 
 STOP_GRACE_S = 15.0  # SIGTERM, then SIGKILL after this long
 LOG_TAIL_CHARS = 2000
@@ -153,3 +160,32 @@ def wait_ready(
             logs = "\n".join(f"--- {s.name}:\n{s.log_tail()}" for s in servers)
             raise RTError(f"no {what} within {timeout_s:g} s; logs end:\n{logs}")
         time.sleep(0.1)
+
+
+class ServerGroup:
+    """The servers of one peer, started in steps, each step waited for; all stopped at
+    the end, whether or not they were started or became ready."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s  # for each readiness check
+        self._steps: list[list[ServerProcess]] = []
+
+    def start(self, *servers: ServerProcess) -> None:
+        """Start ``servers``, in this order, as one step."""
+        self._steps.append(list(servers))  # first, so that a failed start is still stopped
+        for server in servers:
+            server.start()
+
+    def wait(self, what: str, ready: Callable[[], bool]) -> None:
+        """:func:`wait_ready` on every server started so far."""
+        wait_ready(what, ready, self._latest_first(), self.timeout_s)
+
+    def stop(self) -> None:
+        """Stop every server, the latest step's first: it may depend on an earlier one."""
+        for server in self._latest_first():
+            server.stop()
+
+    def _latest_first(self) -> list[ServerProcess]:
+        """The latest step's servers first (the likeliest to fail, so quoted first),
+        then the earlier steps', each step in its own order."""
+        return [server for step in reversed(self._steps) for server in step]

@@ -15,30 +15,28 @@ latency tick's messages in one call), counting publish confirms. Subscriber:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rt_appliance.errors import RTError
+from rt_lab.bench.peers.driver import AsyncPublisher, PeerDriver, Publish, hold_subscription
 from rt_lab.bench.peers.process import (
+    ServerGroup,
     ServerProcess,
     free_ports,
     port_open,
     require_binary,
-    wait_ready,
 )
-from rt_lab.bench.peers.workload import Receiver, Running, make_batch, paced_async
+from rt_lab.bench.peers.workload import Receiver, Running
 
-__all__ = ["running", "subscribe"]
+__all__ = ["RabbitDriver", "subscribe"]
 
 STREAM = "bench"
-BATCH = 1000  # messages per send_batch at full speed
 USER = PASSWORD = "guest"  # RabbitMQ's default user, allowed from loopback only
 START_TIMEOUT_S = 120.0  # the Erlang VM and the broker boot in 5-10 s here
 CONFIRM_TIMEOUT_S = 120.0
-POLL_S = 0.01
 
 _CONFIG = """\
 listeners.tcp.1 = 127.0.0.1:{amqp}
@@ -48,17 +46,36 @@ stream.advertised_port = {stream}
 """
 
 
-@contextlib.contextmanager
-def running(work: Path) -> Iterator[Running]:
-    """A one-node RabbitMQ with the stream plugin, for as long as the block."""
-    broker = require_binary("rabbitmq-server", "rabbitmq-server", ["/usr/lib/rabbitmq/bin"])
-    epmd_binary = require_binary("epmd", "erlang-base")
-    epmd_port, dist, amqp, stream = free_ports(4)
+class RabbitDriver(PeerDriver):
+    """A one-node RabbitMQ with the stream plugin, after an epmd of its own."""
+
+    start_timeout_s = START_TIMEOUT_S
+
+    def start(self, work: Path, servers: ServerGroup) -> Running:
+        broker = require_binary("rabbitmq-server", "rabbitmq-server", ["/usr/lib/rabbitmq/bin"])
+        epmd_binary = require_binary("epmd", "erlang-base")
+        epmd_port, dist, amqp, stream = free_ports(4)
+        env = _configure(work, epmd_port, dist, amqp, stream)
+        epmd = ServerProcess(
+            "epmd", [epmd_binary, "-port", str(epmd_port), "-address", "127.0.0.1"],
+            work / "epmd.log",
+        )  # fmt: skip
+        server = ServerProcess("rabbitmq-server", [broker], work / "rabbitmq.log", env, work)
+        servers.start(epmd)
+        servers.wait("epmd", lambda: port_open(epmd_port))
+        servers.start(server)
+        servers.wait("RabbitMQ's stream port", lambda: port_open(stream))
+        version = f"RabbitMQ {_version(broker)}"
+        return Running(RabbitPublisher(stream), {"port": stream}, __name__, version)
+
+
+def _configure(work: Path, epmd_port: int, dist: int, amqp: int, stream: int) -> dict[str, str]:
+    """Write the broker's files to ``work``; the environment that points it at them."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "enabled_plugins").write_text("[rabbitmq_stream].\n")
     (work / "rabbitmq.conf").write_text(_CONFIG.format(amqp=amqp, stream=stream))
     (work / "rabbitmq-env.conf").write_text("")  # not /etc/rabbitmq's
-    env = {
+    return {
         "HOME": str(work),  # the Erlang cookie
         "ERL_EPMD_PORT": str(epmd_port),
         "RABBITMQ_CONF_ENV_FILE": str(work / "rabbitmq-env.conf"),
@@ -73,26 +90,6 @@ def running(work: Path) -> Iterator[Running]:
         "RABBITMQ_LOGS": "-",  # to its output, which goes to the log file here
         "RABBITMQ_PID_FILE": str(work / "rabbitmq.pid"),
     }
-    epmd = ServerProcess(
-        "epmd", [epmd_binary, "-port", str(epmd_port), "-address", "127.0.0.1"],
-        work / "epmd.log",
-    )  # fmt: skip
-    server = ServerProcess("rabbitmq-server", [broker], work / "rabbitmq.log", env, work)
-    try:
-        epmd.start()
-        wait_ready("epmd", lambda: port_open(epmd_port), [epmd], START_TIMEOUT_S)
-        server.start()
-        wait_ready("RabbitMQ's stream port", lambda: port_open(stream), [server, epmd],
-                   START_TIMEOUT_S)  # fmt: skip
-        yield Running(
-            publisher=RabbitPublisher(stream),
-            endpoint={"port": stream},
-            subscriber_module=__name__,
-            version=f"RabbitMQ {_version(broker)}",
-        )
-    finally:
-        server.stop()
-        epmd.stop()
 
 
 def _version(broker: Path | str) -> str:
@@ -111,42 +108,16 @@ def _producer(port: int) -> Any:
     return Producer("127.0.0.1", port, username=USER, password=PASSWORD)
 
 
-class RabbitPublisher:
+class RabbitPublisher(AsyncPublisher):
     def __init__(self, port: int) -> None:
         self.port = port
 
-    def reset_stream(self) -> None:
-        asyncio.run(self._reset())
-
-    async def _reset(self) -> None:
+    async def reset_async(self) -> None:
         async with _producer(self.port) as producer:
             await producer.delete_stream(STREAM, missing_ok=True)
             await producer.create_stream(STREAM)
 
-    def publish_all(self, count: int) -> tuple[int, int]:
-        async def publish(send: Callable[[list[bytes]], Awaitable[None]]) -> int:
-            start = time.monotonic_ns()
-            for first in range(0, count, BATCH):
-                await send(make_batch(first, min(BATCH, count - first)))
-            return start
-
-        return asyncio.run(self._publishing(publish, count))
-
-    def publish_paced(self, rate: int, seconds: float) -> int:
-        async def publish(send: Callable[[list[bytes]], Awaitable[None]]) -> int:
-            await paced_async(send, rate, seconds)
-            return 0
-
-        asyncio.run(self._publishing(publish, int(rate * seconds)))
-        return int(rate * seconds)
-
-    async def _publishing(
-        self,
-        publish: Callable[[Callable[[list[bytes]], Awaitable[None]]], Awaitable[int]],
-        count: int,
-    ) -> tuple[int, int]:
-        """Connect, run ``publish`` with a sender, wait for ``count`` confirms; returns
-        (what ``publish`` returned, monotonic ns when all were confirmed)."""
+    async def publishing(self, publish: Publish, count: int) -> tuple[int, int]:
         from rstream import ConfirmationStatus
 
         confirmed = refused = 0
@@ -188,6 +159,4 @@ async def _subscribe(port: int, receiver: Receiver, ready: Callable[[], None]) -
         await consumer.subscribe(
             STREAM, take, offset_specification=ConsumerOffsetSpecification(OffsetType.FIRST)
         )
-        ready()
-        while not receiver.finished:
-            await asyncio.sleep(POLL_S)
+        await hold_subscription(receiver, ready)

@@ -13,32 +13,48 @@ round trip; a latency tick's messages go in one pipeline. Subscriber: ``XREAD CO
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rt_lab.bench.peers.process import ServerProcess, free_ports, require_binary, wait_ready
-from rt_lab.bench.peers.workload import Receiver, Running, make_batch, paced
+from rt_lab.bench.peers.driver import PeerDriver
+from rt_lab.bench.peers.process import ServerGroup, ServerProcess, free_ports, require_binary
+from rt_lab.bench.peers.workload import Receiver, Running, full_speed, paced
 
-__all__ = ["running", "subscribe"]
+__all__ = ["RedisDriver", "subscribe"]
 
 KEY = "bench"
-BATCH = 1000  # XADDs per pipeline at full speed
 READ_COUNT = 1000
 READ_BLOCK_MS = 1000
 START_TIMEOUT_S = 30.0
 
 
-@contextlib.contextmanager
-def running(work: Path, appendfsync: str) -> Iterator[Running]:
-    """A redis-server on 127.0.0.1 with its data in ``work``, for as long as the block."""
-    binary = require_binary("redis-server", "redis-server")
-    (port,) = free_ports(1)
-    data = work / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    argv = [
+class RedisDriver(PeerDriver):
+    """A redis-server on 127.0.0.1 with its data in the work directory."""
+
+    start_timeout_s = START_TIMEOUT_S
+
+    def __init__(self, appendfsync: str) -> None:
+        self.appendfsync = appendfsync  # "always" or "everysec"
+
+    def start(self, work: Path, servers: ServerGroup) -> Running:
+        binary = require_binary("redis-server", "redis-server")
+        (port,) = free_ports(1)
+        data = work / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = _argv(binary, port, data, self.appendfsync)
+        servers.start(ServerProcess("redis-server", argv, work / "redis-server.log", cwd=data))
+        client = _client(port)
+        servers.wait("redis-server to answer PING", lambda: bool(client.ping()))
+        version = str(client.info("server")["redis_version"])
+        client.close()
+        return Running(RedisPublisher(port), {"port": port}, __name__, f"Redis {version}")
+
+
+def _argv(binary: str, port: int, data: Path, appendfsync: str) -> list[str]:
+    """redis-server with its append-only file in ``data``, no snapshots and no rewrites."""
+    return [
         binary,
         "--bind", "127.0.0.1",
         "--port", str(port),
@@ -51,22 +67,6 @@ def running(work: Path, appendfsync: str) -> Iterator[Running]:
         "--auto-aof-rewrite-percentage", "0",
         "--logfile", "",
     ]  # fmt: skip
-    server = ServerProcess("redis-server", argv, work / "redis-server.log", cwd=data)
-    server.start()
-    try:
-        client = _client(port)
-        wait_ready("redis-server to answer PING", lambda: bool(client.ping()), [server],
-                   START_TIMEOUT_S)  # fmt: skip
-        version = str(client.info("server")["redis_version"])
-        client.close()
-        yield Running(
-            publisher=RedisPublisher(port),
-            endpoint={"port": port},
-            subscriber_module=__name__,
-            version=f"Redis {version}",
-        )
-    finally:
-        server.stop()
 
 
 def _client(port: int) -> Any:
@@ -87,10 +87,7 @@ class RedisPublisher:
     def publish_all(self, count: int) -> tuple[int, int]:
         client = _client(self.port)
         try:
-            send = self._sender(client)
-            start = time.monotonic_ns()
-            for first in range(0, count, BATCH):
-                send(make_batch(first, min(BATCH, count - first)))
+            start = full_speed(self._sender(client), count)
             return start, time.monotonic_ns()
         finally:
             client.close()

@@ -1,28 +1,30 @@
 """``rt bench peers``: every row's runs, one row after another, and their medians.
 
-A peer's servers start once per row and stop when its runs are done; each run is a
-throughput phase and a latency phase on a freshly created stream. Our stream's runs
-are ``rt bench cluster`` subprocesses (:mod:`.ours`). A run counts only if every check
-passed; the medians are over the runs that did.
+Every row names its :class:`~rt_lab.bench.peers.driver.Driver`, and every row is run
+the same way through it: its system is brought up once for the row's runs and taken
+down after them. A peer's servers are started here; each run is a throughput phase and
+a latency phase on a freshly created stream. Our stream's runs are ``rt bench
+cluster`` subprocesses (:mod:`.ours`). A run counts only if every check passed; the
+medians are over the runs that did.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import statistics
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rt_lab.bench.peers import nats_peer, ours, rabbitmq_peer, redis_peer
-from rt_lab.bench.peers.workload import Running, run_phase
-from rt_lab.bench.stats import percentile
+from rt_lab.bench.peers.driver import Driver, Progress, RunOutcome, System, Workload
+from rt_lab.bench.peers.nats_peer import NatsDriver
+from rt_lab.bench.peers.ours import OurDriver
+from rt_lab.bench.peers.rabbitmq_peer import RabbitDriver
+from rt_lab.bench.peers.redis_peer import RedisDriver
 
 __all__ = [
     "ROWS",
@@ -31,12 +33,9 @@ __all__ = [
     "PeersReport",
     "Row",
     "RowResult",
-    "RunOutcome",
-    "latency_summary_ms",
     "run_peers_bench",
 ]
 
-Progress = Callable[[str], None]
 SYSTEMS = ("nats", "rabbitmq", "redis", "rt")  # what --only chooses from
 NO_REPLICATION_FSYNC = ["--replication-fsync", "never"]
 
@@ -49,24 +48,31 @@ class Row:
     system: str  # one of SYSTEMS
     label: str
     durability: str
+    driver: Driver = field(compare=False, repr=False)  # what runs the system so
 
 
 ROWS = (
     Row("rt", "rt", "rt-appliance, 3 nodes (durable default)",
         "publisher fsync never; replicas synced before they acknowledge (replication fsync "
-        "batch); raft journal synced"),
+        "batch); raft journal synced",
+        OurDriver()),
     Row("rt-replication-fsync-never", "rt", "rt-appliance, 3 nodes, replication fsync never",
         "publisher fsync never; replication fsync never (push servers, sequencer inputs and "
-        "the pull client do not sync); raft journal synced"),
+        "the pull client do not sync); raft journal synced",
+        OurDriver(NO_REPLICATION_FSYNC, "replication fsync never")),
     Row("nats", "nats", "NATS JetStream R3, 3 nodes, file storage",
         "acknowledged once 2 of 3 nodes stored it; files synced every 2 min (default "
-        "sync_interval)"),
+        "sync_interval)",
+        NatsDriver()),
     Row("rabbitmq", "rabbitmq", "RabbitMQ stream, 1 node",
-        "never synced (streams rely on replication; this is one node)"),
+        "never synced (streams rely on replication; this is one node)",
+        RabbitDriver()),
     Row("redis-always", "redis", "Redis Streams, AOF appendfsync always",
-        "appendfsync always: synced before the reply"),
+        "appendfsync always: synced before the reply",
+        RedisDriver("always")),
     Row("redis-everysec", "redis", "Redis Streams, AOF appendfsync everysec",
-        "appendfsync everysec: up to 1 s of acknowledged writes can be lost"),
+        "appendfsync everysec: up to 1 s of acknowledged writes can be lost",
+        RedisDriver("everysec")),
 )  # fmt: skip
 
 
@@ -78,30 +84,6 @@ class PeersOptions:
     messages: int = 200_000
     latency_rate: int = 5_000
     latency_seconds: float = 10.0
-
-
-@dataclass(slots=True)
-class RunOutcome:
-    """One run of one row: a throughput phase and a latency phase."""
-
-    ok: bool
-    reason: str = ""
-    throughput: float = 0.0  # msg/s end to end
-    acked: float = 0.0  # msg/s until every publish was acknowledged (peers only)
-    p50_ms: float = 0.0
-    p99_ms: float = 0.0
-    max_ms: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "reason": self.reason,
-            "throughput_msg_s": self.throughput,
-            "publish_acked_msg_s": self.acked or None,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "max_ms": self.max_ms,
-        }
 
 
 @dataclass(slots=True)
@@ -164,10 +146,7 @@ def run_peers_bench(opts: PeersOptions, progress: Progress) -> PeersReport:
                 continue
             result = RowResult(row)
             report.rows.append(result)
-            if row.system == "rt":
-                _our_row(opts, result, work / row.key, progress, report.loads)
-            else:
-                _peer_row(opts, result, work / row.key, progress, report.loads)
+            _run_row(opts, result, work / row.key, progress, report.loads)
     finally:
         if main:
             signal.signal(signal.SIGINT, previous)
@@ -182,89 +161,42 @@ def _interrupt(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _starter(row: Row) -> Callable[[Path], contextlib.AbstractContextManager[Running]]:
-    if row.key == "nats":
-        return nats_peer.running
-    if row.key == "rabbitmq":
-        return rabbitmq_peer.running
-    fsync = row.key.removeprefix("redis-")
-    return lambda work: redis_peer.running(work, fsync)
-
-
-def _peer_row(
+def _run_row(
     opts: PeersOptions, result: RowResult, work: Path, progress: Progress, loads: list[float]
 ) -> None:
-    name = result.row.key
-    progress(f"{name}: starting its servers in {work}")
+    """The row's runs, on its system brought up once for them, unless it is skipped."""
+    name, driver = result.row.key, result.row.driver
+    result.skipped = driver.skip_reason()
+    if result.skipped:
+        progress(f"{name}: skipped: {result.skipped}")
+        return
+    if driver.starts_servers:
+        progress(f"{name}: starting its servers in {work}")
     try:
-        with _starter(result.row)(work) as peer:
-            result.version = peer.version
-            for run in range(opts.runs):
-                loads.append(os.getloadavg()[0])
-                progress(f"{name}: run {run + 1}/{opts.runs} (load average {loads[-1]:.1f})")
-                outcome = _peer_run(opts, peer, result)
-                progress(f"{name}:   {_describe(outcome)}")
-                result.runs.append(outcome)
+        with driver.running(work) as system:
+            result.version = system.version
+            _runs(opts, result, system, progress, loads)
     except Exception as exc:  # the servers would not start or stop: the row's runs failed
+        if not driver.starts_servers:
+            raise  # no servers of the row's own to blame: the bench's error, which ends it
         reason = f"{type(exc).__name__}: {exc}"
         progress(f"{name}: {reason}")
         missing = opts.runs - len(result.runs)
         result.runs.extend(RunOutcome(False, reason) for _ in range(missing))
 
 
-def _peer_run(opts: PeersOptions, peer: Running, result: RowResult) -> RunOutcome:
-    try:
-        tput = run_phase(peer, count=opts.messages)
-        if not tput.ok:
-            return RunOutcome(False, f"throughput: {tput.reason}")
-        lat = run_phase(peer, rate=opts.latency_rate, seconds=opts.latency_seconds)
-        if not lat.ok:
-            return RunOutcome(False, f"latency: {lat.reason}")
-    except Exception as exc:
-        return RunOutcome(False, f"{type(exc).__name__}: {exc}")
-    result.samples_ns.extend(lat.latencies_ns)
-    p50, p99, worst = latency_summary_ms(lat.latencies_ns)
-    return RunOutcome(True, "", tput.throughput, tput.acked, p50, p99, worst)
-
-
-def latency_summary_ms(samples_ns: list[int]) -> tuple[float, float, float]:
-    """p50, p99 and max of ``samples_ns``, in ms."""
-    p50, p99, worst = (percentile(samples_ns, p) / 1e6 for p in (50, 99, 100))
-    return p50, p99, worst
-
-
-def _our_row(
-    opts: PeersOptions, result: RowResult, work: Path, progress: Progress, loads: list[float]
+def _runs(
+    opts: PeersOptions, result: RowResult, system: System, progress: Progress, loads: list[float]
 ) -> None:
     name = result.row.key
-    extra: list[str] = []
-    if result.row.key == "rt-replication-fsync-never":
-        if not ours.has_option(NO_REPLICATION_FSYNC[0]):
-            result.skipped = (
-                "this version of rt bench cluster has no --replication-fsync option, so the "
-                "stream cannot be run with replication fsync never"
-            )
-            progress(f"{name}: skipped: {result.skipped}")
-            return
-        extra = NO_REPLICATION_FSYNC
-    result.version = "rt-appliance " + _our_version()
-    for run in range(opts.runs):
+    workload = Workload(opts.messages, opts.latency_rate, opts.latency_seconds)
+    for run in range(1, opts.runs + 1):
         loads.append(os.getloadavg()[0])
-        progress(f"{name}: run {run + 1}/{opts.runs} (load average {loads[-1]:.1f})")
-        got = ours.run_ours(opts.messages, opts.latency_rate, opts.latency_seconds,
-                            work / f"run-{run + 1}", extra, progress)  # fmt: skip
-        outcome = RunOutcome(got.ok, got.reason, got.throughput, 0.0, got.p50_ms, got.p99_ms,
-                             got.max_ms)  # fmt: skip
+        progress(f"{name}: run {run}/{opts.runs} (load average {loads[-1]:.1f})")
+        outcome = system.run(run, workload, progress)
+        result.samples_ns.extend(outcome.samples_ns)
         progress(f"{name}:   {_describe(outcome)}")
         result.runs.append(outcome)
-
-
-def _our_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    with contextlib.suppress(PackageNotFoundError):
-        return version("rt-appliance")
-    return "?"
 
 
 def _describe(outcome: RunOutcome) -> str:

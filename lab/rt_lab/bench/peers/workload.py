@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -47,6 +47,7 @@ from rt_appliance.errors import RTError
 from rt_lab.testing.checkers import count_delivery
 
 __all__ = [
+    "BATCH",
     "PAYLOAD_BYTES",
     "TICK_NS",
     "PhaseResult",
@@ -54,6 +55,8 @@ __all__ = [
     "Receiver",
     "Running",
     "due_count",
+    "full_speed",
+    "full_speed_async",
     "make_batch",
     "paced",
     "paced_async",
@@ -65,6 +68,7 @@ PAYLOAD_BYTES = 100
 HEADER = struct.Struct("<QQ")  # seq, sent (monotonic ns)
 FILLER = b"." * (PAYLOAD_BYTES - HEADER.size)
 TICK_NS = 1_000_000  # the latency phase's publisher sends what is due every 1 ms
+BATCH = 1000  # the throughput phase's messages per send (one client call or pipeline)
 READY_TIMEOUT_S = 60.0  # the subscriber must have subscribed by then
 STALL_S = 30.0  # a subscriber that receives nothing for this long gives up
 CHILD_EXIT_S = 10.0  # the subscriber must exit this soon after its result, else SIGKILL
@@ -76,6 +80,30 @@ def make_batch(first_seq: int, count: int) -> list[bytes]:
     """``count`` payloads from ``first_seq`` on, each stamped as it is built."""
     pack, now, filler = HEADER.pack, time.monotonic_ns, FILLER
     return [pack(seq, now()) + filler for seq in range(first_seq, first_seq + count)]
+
+
+def _batches(count: int) -> Iterator[list[bytes]]:
+    """The throughput phase's ``count`` messages, ``BATCH`` at a time; a batch is built
+    (and stamped) only when the publisher asks for it, just before it is sent."""
+    for first in range(0, count, BATCH):
+        yield make_batch(first, min(BATCH, count - first))
+
+
+def full_speed(send: Callable[[list[bytes]], None], count: int) -> int:
+    """Publish ``count`` messages through ``send`` as fast as it takes them; returns the
+    monotonic ns of the first publish."""
+    start = time.monotonic_ns()
+    for batch in _batches(count):
+        send(batch)
+    return start
+
+
+async def full_speed_async(send: Callable[[list[bytes]], Awaitable[None]], count: int) -> int:
+    """:func:`full_speed` for clients on an event loop."""
+    start = time.monotonic_ns()
+    for batch in _batches(count):
+        await send(batch)
+    return start
 
 
 def due_count(elapsed_ns: int, rate: int, total: int) -> int:

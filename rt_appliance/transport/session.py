@@ -1,6 +1,10 @@
-"""Connections of the replication protocol: TLS, the HELLO/WELCOME handshake, framed messages.
+"""Connections of the stream's protocol: TLS, the HELLO/WELCOME handshake, framed messages.
 
-Both replicators use these. The client opens the connection and says who it is
+Every channel between the hosts of a stream speaks it: push and pull replication,
+node-to-node fetches, the sequencer's control channel and ``rt status``. It lives in
+``transport`` (below ``replicate`` and ``sequencer``) so that each uses it as an equal.
+
+The client opens the connection and says who it is
 (``HELLO``); the server checks that the name in the client's verified
 certificate is the host the HELLO names, that the configuration gives that host
 the expected role, and that the stream matches, then answers ``WELCOME`` with
@@ -20,7 +24,14 @@ from typing import Any, TypeVar
 
 from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import FrameError, PeerRejectedError, RTError, TransportError
-from rt_appliance.replicate.messages import (
+from rt_appliance.limits import (
+    CLOSE_WAIT_S,
+    CONNECT_TIMEOUT_S,
+    ERROR_SEND_WAIT_S,
+    HANDSHAKE_TIMEOUT_S,
+)
+from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame, write_pieces
+from rt_appliance.transport.messages import (
     PROTOCOL_VERSION,
     FrameType,
     decode_control,
@@ -28,16 +39,17 @@ from rt_appliance.replicate.messages import (
     encode_data,
     require,
 )
-from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame, write_pieces
 from rt_appliance.transport.tls import peer_name
 
-__all__ = ["Connection", "accept", "connect", "finish_in_thread"]
+__all__ = [
+    "Connection",
+    "accept",
+    "connect",
+    "finish_in_thread",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-CONNECT_TIMEOUT_S = 10.0
-HANDSHAKE_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -81,7 +93,8 @@ class Connection:
         """Tell the peer why the connection ends (best effort)."""
         with contextlib.suppress(RTError, TimeoutError):
             await asyncio.wait_for(
-                self.send(FrameType.ERROR, {"message": message, "retryable": retryable}), 1.0
+                self.send(FrameType.ERROR, {"message": message, "retryable": retryable}),
+                ERROR_SEND_WAIT_S,
             )
 
     def abort(self) -> None:
@@ -91,7 +104,7 @@ class Connection:
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
-            await asyncio.wait_for(self.writer.wait_closed(), 1.0)
+            await asyncio.wait_for(self.writer.wait_closed(), CLOSE_WAIT_S)
 
 
 async def accept(

@@ -1,4 +1,5 @@
-"""The replication protocol's frames.
+"""The frames of the stream's protocol: replication (push, pull, fetch) and the sequencer's
+control channel share one frame type space and one control codec (JSON objects).
 
 Control frames carry a JSON object; DATA frames carry bytes::
 
@@ -43,7 +44,6 @@ from rt_appliance.errors import FrameError
 from rt_appliance.position import Position
 
 __all__ = [
-    "FRAME_MARGIN_BYTES",
     "PROTOCOL_VERSION",
     "Data",
     "FrameType",
@@ -57,9 +57,6 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
-# Room kept in every frame for what precedes the file bytes (a DATA header and directory
-# name, a FETCHED head): a sender puts at most max_frame_bytes - this of a file in one frame.
-FRAME_MARGIN_BYTES = 16 << 10
 _DIR_LEN = struct.Struct("<H")
 _POSITION = struct.Struct("<Q")
 _HEAD_LEN = struct.Struct("<H")

@@ -1,0 +1,47 @@
+"""``rt bench floor``: what each kind of step on a message's path costs on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from rt_lab.cli.bench_report import report, source_commit
+from rt_lab.cli.options import bench_options, option, progress, seconds_option
+
+__all__ = ["floor_bench"]
+
+_BUSY_RATE = 1000  # steps per second of the busy runs: the latency runs' publishing tick
+
+
+@click.command("floor")
+@bench_options("floor", default_runs=3, memory_gb=False)
+@seconds_option("--seconds", 5.0, "Length of each step's run at each rate.")
+@option("--idle-rate", click.IntRange(1, 1000), 20, "Steps per second of the idle runs.")
+def floor_bench(
+    runs: int, workdir: Path, output: Path | None, as_json: bool, seconds: float, idle_rate: int
+) -> None:
+    """The least each kind of step on a message's path costs here, and the floors they set.
+
+    \b
+    tls      a 100-byte frame between two Python processes over mutual TLS 1.3
+             on asyncio (half a round trip; CPU of both processes)
+    inotify  a process waiting on an inotify watch wakes when another one
+             appends 100 bytes, and reads them
+    sync     fdatasync of a 100-byte append on --workdir's disk
+    thread   an asyncio loop hands a call to a worker thread and gets it back
+
+    Each at --idle-rate and at 1,000 per second (one per millisecond, the
+    publishing tick of the latency runs): latency p50 and p99, CPU per step.
+    Then two floors for a 3-node stream on this machine: the idle latency (the
+    steps one after another on a message's path, at their p50) and the
+    daemons' CPU at one publishing tick per millisecond (every step a tick
+    causes in every daemon). See docs/BENCHMARKS.md for the counts.
+    """
+    from rt_lab.bench.floor import run_floor_bench
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    found = run_floor_bench(
+        workdir, runs, seconds, idle_rate, _BUSY_RATE, progress("rt bench floor")
+    )
+    report("floor", found.results(), workdir, output, as_json, "", source_commit())

@@ -4,6 +4,8 @@ A message crosses a stream in steps of four kinds:
 
 * **tls**: a frame from one Python process to another over a mutual TLS 1.3 link on
   asyncio, as every rt link is (one way: the sender's write, the receiver's wake and read);
+  ``--loop uvloop`` runs it, the inotify wake and the thread hand-off on uvloop instead,
+  and ``--loop both`` runs the two side by side, run after run;
 * **inotify**: a process blocked on an inotify watch wakes because another one wrote a
   file, and reads what was written (the push client, the sequencer, the pull server and
   the subscriber follow files this way);
@@ -33,10 +35,10 @@ import os
 import struct
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rt_appliance.certs.authority import create_ca, issue_host_cert
 from rt_appliance.certs.files import cert_pem, key_pem
@@ -45,12 +47,16 @@ from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.transport.tls import client_context, server_context
 from rt_lab.bench.stats import Result, percentile
 
-__all__ = ["KINDS", "PATH", "FloorResults", "StepFigures", "run_floor_bench"]
+__all__ = ["KINDS", "LOOPS", "PATH", "FloorResults", "StepFigures", "run_floor_bench", "run_on"]
 
 KINDS = ("tls", "inotify", "sync", "thread")
+# The event loops a step can run on: asyncio's own (every daemon's today) and uvloop's
+# (libuv), measured side by side to decide which the daemons should run on.
+LOOPS = ("asyncio", "uvloop")
 FRAME_BYTES = 100
 _LEN = struct.Struct("<I")
 _TS = struct.Struct("<q")
+T = TypeVar("T")
 _STOP = 0  # a frame of length 0 ends a TLS run: the echo answers with its CPU seconds
 
 # The steps one after another from a publisher's write to Subscriber.read, at idle:
@@ -82,12 +88,14 @@ class FloorResults:
     idle_rate: int
     busy_rate: int
     runs: list[dict[str, dict[int, StepFigures]]] = field(default_factory=list)
+    loop: str = "asyncio"  # the event loop of the steps that run on one
 
     def results(self) -> list[Result]:
+        on = "" if self.loop == "asyncio" else f" on {self.loop}"
         out: list[Result] = []
         for kind in KINDS:
             for rate in (self.idle_rate, self.busy_rate):
-                at = f"{kind} at {rate:,}/s"
+                at = f"{kind}{on} at {rate:,}/s"
                 figs = [run[kind][rate] for run in self.runs]
                 out.append(_result(f"{at}: latency p50", "us", [1e6 * f.p(50) for f in figs]))
                 out.append(_result(f"{at}: latency p99", "us", [1e6 * f.p(99) for f in figs]))
@@ -96,7 +104,7 @@ class FloorResults:
                 )
         out.append(
             _result(
-                "floor: idle latency along the path",
+                f"floor{on}: idle latency along the path",
                 "ms",
                 [1e3 * _path_latency(run, self.idle_rate) for run in self.runs],
                 "<= 1.5",
@@ -105,7 +113,7 @@ class FloorResults:
         )
         out.append(
             _result(
-                "floor: daemons' CPU at one tick per ms",
+                f"floor{on}: daemons' CPU at one tick per ms",
                 "% of a core",
                 [100 * _tick_cpu(run, self.busy_rate) * 1000 for run in self.runs],
                 "<= 40",
@@ -139,12 +147,26 @@ def run_floor_bench(
     idle_rate: int = 20,
     busy_rate: int = 1000,
     progress: Callable[[str], None] = lambda _m: None,
+    loop: str = "asyncio",
 ) -> FloorResults:
-    """Measure every kind of step at both rates, ``runs`` times, ``seconds`` each."""
-    results = FloorResults(idle_rate, busy_rate)
+    """Measure every kind of step at both rates, ``runs`` times, ``seconds`` each, the
+    steps that wait on an event loop on ``loop`` (one of :data:`LOOPS`)."""
+    if loop not in LOOPS:
+        raise ValueError(f"unknown event loop {loop!r}: choose from {', '.join(LOOPS)}")
+    results = FloorResults(idle_rate, busy_rate, loop=loop)
     with tempfile.TemporaryDirectory(prefix="rt-floor-", dir=workdir) as tmp:
         _measure(Path(tmp), results, runs, seconds, progress)
     return results
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on a new event loop of kind ``loop`` (one of :data:`LOOPS`)."""
+    if loop == "uvloop":
+        import uvloop  # rt-lab's dependency; the product's daemons run on asyncio
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(coro)
+    return asyncio.run(coro)
 
 
 def _measure(
@@ -154,17 +176,17 @@ def _measure(
     seconds: float,
     progress: Callable[[str], None],
 ) -> None:
-    idle_rate, busy_rate = results.idle_rate, results.busy_rate
+    idle_rate, busy_rate, loop = results.idle_rate, results.busy_rate, results.loop
     tls = _make_certs(work / "tls")
     for run in range(1, runs + 1):
         figures: dict[str, dict[int, StepFigures]] = {k: {} for k in KINDS}
         for rate in (idle_rate, busy_rate):
-            figures["tls"][rate] = _tls_hop(tls, rate, seconds)
-            figures["inotify"][rate] = _inotify_wake(work, rate, seconds)
+            figures["tls"][rate] = _tls_hop(tls, rate, seconds, loop)
+            figures["inotify"][rate] = _inotify_wake(work, rate, seconds, loop)
             figures["sync"][rate] = _sync(work, rate, seconds)
-            figures["thread"][rate] = asyncio.run(_thread_handoff(rate, seconds))
+            figures["thread"][rate] = run_on(loop, _thread_handoff(rate, seconds))
             progress(
-                f"run {run}/{runs} at {rate:,}/s: "
+                f"run {run}/{runs} on {loop} at {rate:,}/s: "
                 + ", ".join(
                     f"{k} p50 {1e6 * figures[k][rate].p(50):.0f} us "
                     f"cpu {1e6 * figures[k][rate].cpu_per_step:.0f} us"
@@ -192,14 +214,14 @@ def _make_certs(directory: Path) -> TlsConfig:
 # -- tls: a frame each way between two processes --------------------------------------
 
 
-def _tls_hop(tls: TlsConfig, rate: int, seconds: float) -> StepFigures:
+def _tls_hop(tls: TlsConfig, rate: int, seconds: float, loop: str) -> StepFigures:
     ctx = mp.get_context("spawn")
     queue: Any = ctx.Queue()
-    echo = ctx.Process(target=_echo_main, args=(tls.dir, queue), daemon=True)
+    echo = ctx.Process(target=_echo_main, args=(tls.dir, queue, loop), daemon=True)
     echo.start()
     try:
         port = queue.get(timeout=60)
-        ping = ctx.Process(target=_ping_main, args=(tls.dir, port, rate, seconds, queue))
+        ping = ctx.Process(target=_ping_main, args=(tls.dir, port, rate, seconds, queue, loop))
         ping.start()
         rtts, cpu = queue.get(timeout=seconds + 60)
         ping.join(10)
@@ -210,8 +232,8 @@ def _tls_hop(tls: TlsConfig, rate: int, seconds: float) -> StepFigures:
     return StepFigures([r / 2 for r in rtts], cpu / (2 * max(1, len(rtts))))
 
 
-def _echo_main(tls_dir: str, queue: Any) -> None:
-    asyncio.run(_echo(TlsConfig(dir=tls_dir), queue))
+def _echo_main(tls_dir: str, queue: Any, loop: str) -> None:
+    run_on(loop, _echo(TlsConfig(dir=tls_dir), queue))
 
 
 async def _echo(tls: TlsConfig, queue: Any) -> None:
@@ -234,8 +256,8 @@ async def _echo(tls: TlsConfig, queue: Any) -> None:
     await asyncio.Event().wait()
 
 
-def _ping_main(tls_dir: str, port: int, rate: int, seconds: float, queue: Any) -> None:
-    queue.put(asyncio.run(_ping(TlsConfig(dir=tls_dir), port, rate, seconds)))
+def _ping_main(tls_dir: str, port: int, rate: int, seconds: float, queue: Any, loop: str) -> None:
+    queue.put(run_on(loop, _ping(TlsConfig(dir=tls_dir), port, rate, seconds)))
 
 
 async def _ping(tls: TlsConfig, port: int, rate: int, seconds: float) -> tuple[list[float], float]:
@@ -261,7 +283,7 @@ async def _ping(tls: TlsConfig, port: int, rate: int, seconds: float) -> tuple[l
 # -- inotify: a writer process wakes a reader process ----------------------------------
 
 
-def _inotify_wake(work: Path, rate: int, seconds: float) -> StepFigures:
+def _inotify_wake(work: Path, rate: int, seconds: float, loop: str) -> StepFigures:
     directory = work / f"watch-{rate}"
     directory.mkdir(exist_ok=True)
     path = directory / "log"
@@ -269,7 +291,7 @@ def _inotify_wake(work: Path, rate: int, seconds: float) -> StepFigures:
     count = max(1, int(rate * seconds))
     ctx = mp.get_context("spawn")
     queue: Any = ctx.Queue()
-    reader = ctx.Process(target=_follow_main, args=(str(path), count, queue), daemon=True)
+    reader = ctx.Process(target=_follow_main, args=(str(path), count, queue, loop), daemon=True)
     reader.start()
     try:
         queue.get(timeout=60)  # watching
@@ -291,8 +313,8 @@ def _write_paced(path: Path, rate: int, count: int) -> None:
         os.close(fd)
 
 
-def _follow_main(path: str, count: int, queue: Any) -> None:
-    queue.put(asyncio.run(_follow(Path(path), count, queue)))
+def _follow_main(path: str, count: int, queue: Any, loop: str) -> None:
+    queue.put(run_on(loop, _follow(Path(path), count, queue)))
 
 
 async def _follow(path: Path, count: int, queue: Any) -> tuple[list[float], float]:

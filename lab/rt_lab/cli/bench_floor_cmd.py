@@ -18,8 +18,21 @@ _BUSY_RATE = 1000  # steps per second of the busy runs: the latency runs' publis
 @bench_options("floor", default_runs=3, memory_gb=False)
 @seconds_option("--seconds", 5.0, "Length of each step's run at each rate.")
 @option("--idle-rate", click.IntRange(1, 1000), 20, "Steps per second of the idle runs.")
+@option(
+    "--loop",
+    click.Choice(["asyncio", "uvloop", "both"]),
+    "asyncio",
+    "The event loop of the steps that wait on one (tls, inotify, thread); both: "
+    "asyncio's and uvloop's side by side, one after the other in every run.",
+)
 def floor_bench(
-    runs: int, workdir: Path, output: Path | None, as_json: bool, seconds: float, idle_rate: int
+    runs: int,
+    workdir: Path,
+    output: Path | None,
+    as_json: bool,
+    seconds: float,
+    idle_rate: int,
+    loop: str,
 ) -> None:
     """The least each kind of step on a message's path costs here, and the floors they set.
 
@@ -38,10 +51,19 @@ def floor_bench(
     daemons' CPU at one publishing tick per millisecond (every step a tick
     causes in every daemon). See docs/BENCHMARKS.md for the counts.
     """
-    from rt_lab.bench.floor import run_floor_bench
+    from rt_lab.bench.floor import LOOPS, FloorResults, run_floor_bench
 
     workdir.mkdir(parents=True, exist_ok=True)
-    found = run_floor_bench(
-        workdir, runs, seconds, idle_rate, _BUSY_RATE, progress("rt bench floor")
-    )
-    report("floor", found.results(), workdir, output, as_json, "", source_commit())
+    loops = LOOPS if loop == "both" else (loop,)
+    found = {name: FloorResults(idle_rate, _BUSY_RATE, loop=name) for name in loops}
+    say = progress("rt bench floor")
+    for run in range(1, runs + 1):
+
+        def said(line: str, run: int = run) -> None:  # "run 1/1 on ...": this run of all
+            say(f"run {run}/{runs} " + line.split(" ", 2)[2])
+
+        for name in loops:  # interleaved, so both see the same machine
+            one = run_floor_bench(workdir, 1, seconds, idle_rate, _BUSY_RATE, said, name)
+            found[name].runs.extend(one.runs)
+    results = [result for name in loops for result in found[name].results()]
+    report("floor", results, workdir, output, as_json, "", source_commit())

@@ -28,3 +28,11 @@ def test_medians_are_taken_over_the_runs() -> None:
     by_name = {r.name: r for r in FloorResults(20, 1000, runs).results()}
     assert by_name["thread at 20/s: latency p99"].values == pytest.approx([1, 5, 2])
     assert by_name["thread at 20/s: latency p99"].median == pytest.approx(2)
+
+
+def test_figures_of_another_loop_are_named_after_it() -> None:
+    run = _run({20: 1e-4, 1000: 1e-4}, {20: 1e-4, 1000: 1e-4})
+    names = [r.name for r in FloorResults(20, 1000, [run], loop="uvloop").results()]
+    assert "tls on uvloop at 1,000/s: CPU per step" in names
+    assert "floor on uvloop: idle latency along the path" in names
+    assert not any(name.startswith(("tls at", "floor:")) for name in names)

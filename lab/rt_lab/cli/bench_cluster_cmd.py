@@ -91,6 +91,13 @@ __all__ = ["cluster_bench"]
 @option(
     "--nice", click.IntRange(0, 19), 0, "Niceness of the publishing and subscribing applications."
 )
+@option(
+    "--latency-samples",
+    click.Path(dir_okay=False, writable=True, path_type=Path),
+    None,
+    "Append every message's latency of the latency runs to this file (int64 ns, this "
+    "machine's byte order), for a CDF (rt bench peers plots ours from it).",
+)
 @seconds_option(
     "--stall-seconds",
     30.0,
@@ -126,6 +133,7 @@ def cluster_bench(
     max_range_kib: int | None,
     replication_fsync: str | None,
     nice: int,
+    latency_samples: Path | None,
     stall_seconds: float,
     restart_seconds: float,
 ) -> None:
@@ -182,6 +190,7 @@ def cluster_bench(
         max_range_bytes=None if max_range_kib is None else max_range_kib << 10,
         replication_fsync=replication_fsync,
         nice=nice,
+        latency_samples=latency_samples,
         stall_s=stall_seconds,
         restart_s=restart_seconds,
     )

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rt_lab.bench.peers import ours
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RT = [sys.executable, "-m", "rt_appliance.cli"]
@@ -33,6 +35,7 @@ def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
         "--restart-seconds=90",
         f"--workdir={tmp_path / 'work'}",
         f"--output={doc}",
+        f"--latency-samples={tmp_path / 'samples.bin'}",
         "--json",
     ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=580)
@@ -57,6 +60,12 @@ def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
         median("publish-to-subscriber latency p99"),
     )
     assert 0 < p50 <= p99 <= median("publish-to-subscriber latency max") < 30_000
+    # every message of the latency run (1,000 msg/s for 1 s), each in int64 ns
+    samples = ours.read_samples(tmp_path / "samples.bin")
+    assert len(samples) == 1000
+    assert min(samples) > 0 and max(samples) / 1e6 == pytest.approx(
+        median("publish-to-subscriber latency max"), rel=1e-6
+    )
     stage = {  # p50 and p99 per stage, in the order a message passes them
         name.split(": publish -> ")[1]: (r["median"], results[name.replace("p50", "p99")]["median"])
         for name, r in results.items()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,16 @@ def test_our_stream_gets_the_same_total_from_two_publishers() -> None:
     assert argv[argv.index("--memory-messages") + 1] == "0"
     assert argv[-2:] == ["--replication-fsync", "never"]
     assert "--json" in argv and argv[argv.index("--runs") + 1] == "1"
+    assert "--latency-samples" not in argv
+
+
+def test_our_latencies_come_back_one_by_one(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.bin"
+    argv = ours.cluster_command(2000, 1000, 1.0, tmp_path, [], samples)
+    assert argv[argv.index("--latency-samples") + 1] == str(samples)
+    assert ours.read_samples(samples) == []  # no latency run wrote it
+    samples.write_bytes(array("q", [1_500_000, 2_000_000, 900_000]).tobytes())
+    assert ours.read_samples(samples) == [1_500_000, 2_000_000, 900_000]
 
 
 def test_our_figures_are_read_from_the_cluster_bench_json() -> None:

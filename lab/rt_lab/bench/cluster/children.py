@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import time
+from array import array
 from typing import Any
 
 from rt_appliance import trace
@@ -125,7 +126,8 @@ def _paced_batches(
 def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
     """Follow ``dir`` until ``expected`` messages are read; the first ``skip`` (the
     warm-up) are not timed. With ``latency``: each message's latency, read time minus
-    its record's timestamp, summed up in ms."""
+    its record's timestamp, summed up in ms, and with ``samples`` every one of them
+    appended to that file (int64 nanoseconds, this machine's byte order)."""
     if args["nice"]:
         os.nice(args["nice"])
     expected, skip = int(args["expected"]), int(args["skip"])
@@ -167,6 +169,9 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"count": seen, "first_ns": first_ns, "done_ns": done_ns}
     if args["latency"]:
         out["latency_ms"] = latency_summary_ms(latencies)
+        if args.get("samples"):
+            with open(args["samples"], "ab") as samples:
+                array("q", latencies).tofile(samples)
     return out
 
 

@@ -91,6 +91,7 @@ class ClusterBenchOptions:
     nice: int = 0  # niceness of the publishing and subscribing applications
     stall_s: float = 30.0  # no progress this long: the run stalled
     restart_s: float = 30.0  # a restarted sequencer must be back in step within this
+    latency_samples: Path | None = None  # every latency of the latency runs, appended here
 
     def overrides(self) -> dict[str, Any]:
         """The configuration keys set on top of LocalStream's (see ``describe_config``)."""
@@ -324,6 +325,7 @@ class Bench:
         latency: bool = False,
         directory: Path | None = None,
         label: str = "subscribe",
+        samples: Path | None = None,
     ) -> Child:
         """The subscribing application on sub-1, reading its copy of the merged log (or,
         to time a stage of the stream, following ``directory`` on a node)."""
@@ -332,6 +334,7 @@ class Bench:
             "expected": expected,
             "skip": skip,
             "latency": latency,
+            "samples": None if samples is None else str(samples),
             "nice": self.opts.nice,
         }
         child = Child("subscribe", args, self.work / "logs" / f"app-{label}.log")

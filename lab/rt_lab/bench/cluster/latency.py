@@ -34,7 +34,12 @@ def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -
     rate, count = latency_traffic(opts)
     with Bench(opts, work, progress) as b:
         skip = started(b)
-        sub = b.subscriber(expected=skip + count * len(PUBLISHERS), skip=skip, latency=True)
+        sub = b.subscriber(
+            expected=skip + count * len(PUBLISHERS),
+            skip=skip,
+            latency=True,
+            samples=opts.latency_samples,
+        )
         pubs = b.publishers(count, rate=rate, tick_s=LATENCY_TICK_S)
         b.wait_subscriber(sub, "latency", skip + count * len(PUBLISHERS))
         got = sub.finish()

@@ -3,9 +3,10 @@
 It measures the same two things on a whole 3-node stream (throughput with batches of
 1,000 from two publishers, latency with what is due published every 1 ms at the same
 total rate) and prints its figures as JSON; this module reads the end-to-end throughput and the
-latency p50, p99 and max from it. It checks that the subscriber read every message
-(count); the payloads carry no sequence numbers, so duplicates and order are not
-checked per message, and it reports percentiles, not every message's latency.
+latency p50, p99 and max from it, and every message's latency from the file its
+``--latency-samples`` writes (for the CDF beside the peers'). It checks that the
+subscriber read every message (count); the payloads carry no sequence numbers, so
+duplicates and order are not checked per message.
 
 Its :class:`OurDriver` has the peers' shape, but starts no servers itself: nothing stays
 up between runs, and each run brings up (and takes down) a stream of its own.
@@ -20,13 +21,21 @@ import signal
 import subprocess
 import sys
 import threading
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rt_lab.bench.peers.driver import Driver, Progress, RunOutcome, System, Workload
 
-__all__ = ["OurDriver", "cluster_command", "has_option", "parse_cluster_json", "run_ours"]
+__all__ = [
+    "OurDriver",
+    "cluster_command",
+    "has_option",
+    "parse_cluster_json",
+    "read_samples",
+    "run_ours",
+]
 
 PUBLISHERS = 2  # rt bench cluster's publishing applications; --messages is per publisher
 RUN_TIMEOUT_S = 900.0
@@ -98,9 +107,15 @@ def has_option(option: str) -> bool:
 
 
 def cluster_command(
-    messages: int, rate: int, seconds: float, workdir: Path, extra: list[str]
+    messages: int,
+    rate: int,
+    seconds: float,
+    workdir: Path,
+    extra: list[str],
+    samples: Path | None = None,
 ) -> list[str]:
-    """The ``rt bench cluster`` arguments for one run of ``messages`` in total."""
+    """The ``rt bench cluster`` arguments for one run of ``messages`` in total; with
+    ``samples``, every latency goes to that file."""
     return [
         "bench", "cluster", "--runs", "1",
         "--measure", "throughput", "--measure", "latency",
@@ -110,6 +125,7 @@ def cluster_command(
         "--memory-messages", "0",
         "--workdir", str(workdir),
         "--json",
+        *(["--latency-samples", str(samples)] if samples is not None else []),
         *extra,
     ]  # fmt: skip
 
@@ -136,7 +152,8 @@ def run_ours(
 ) -> RunOutcome:
     """One run of ``rt bench cluster``; failed if it exits non-zero or lacks a figure."""
     workdir.mkdir(parents=True, exist_ok=True)
-    argv = [*rt_command(), *cluster_command(messages, rate, seconds, workdir, extra)]
+    samples = workdir / "latency-samples.bin"
+    argv = [*rt_command(), *cluster_command(messages, rate, seconds, workdir, extra, samples)]
     # A session of its own, so it gets exactly one SIGINT from here (on Ctrl-C, an
     # error or the timeout), on which it stops its stream and exits.
     proc = subprocess.Popen(
@@ -170,6 +187,7 @@ def run_ours(
     missing = sorted(set(FIGURES) - set(figures))
     if missing:
         return RunOutcome(False, "rt bench cluster reported no " + ", ".join(missing))
+    latencies = read_samples(samples)
     shutil.rmtree(workdir, ignore_errors=True)
     return RunOutcome(
         True,
@@ -177,7 +195,17 @@ def run_ours(
         p50_ms=figures["p50"],
         p99_ms=figures["p99"],
         max_ms=figures["max"],
+        samples_ns=latencies,
     )
+
+
+def read_samples(path: Path) -> list[int]:
+    """The latencies (ns) ``rt bench cluster --latency-samples`` wrote; none if it wrote
+    no file (a run without a latency run)."""
+    found = array("q")
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as f:
+        found.frombytes(f.read())
+    return found.tolist()
 
 
 def _interrupt(proc: subprocess.Popen[str]) -> None:

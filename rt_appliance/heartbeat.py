@@ -26,7 +26,6 @@ __all__ = [
 ]
 
 
-
 def sequencer_file(config: StreamConfig, node: NodeConfig) -> Path:
     """Where a node's sequencer says, every half second, who leads and whether it has quorum."""
     return config.data_dir_of(node) / "sequencer.json"

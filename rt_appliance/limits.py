@@ -165,6 +165,11 @@ INPUT_WATCH_WAIT_S, INPUT_WATCH_RETRY_S = 0.2, 0.1
 INPUT_SCAN_BYTES = 4 << 20
 # The leader's wait for a proposed prune to commit before the archiver looks again.
 PRUNE_COMMIT_WAIT_S = 10.0
+# A new leader knows no other node's holds until that node reports: the age and size
+# rules wait for every node's report, or this many report intervals after taking the
+# lead (a node that stays silent that long is down, and holds of a down node are
+# only kept by the disk rule's limit).
+HOLDS_REPORT_WAIT_INTERVALS = 10
 # The observer: how often it samples raft's state, refreshes the gauges that cost a
 # directory walk, and writes the heartbeat file this node's pull server reads.
 OBSERVE_EVERY_S, GAUGES_EVERY_S, HEARTBEAT_EVERY_S = 0.2, 1.0, 0.5

@@ -120,7 +120,9 @@ class PullServer:
         self._oldest = ListingCache(self.directory, oldest_position)
         self.metrics = metrics
         self._server = TlsServer(
-            server_context(config.tls, node_name), self._connection, self._refuse,
+            server_context(config.tls, node_name),
+            self._connection,
+            self._refuse,
             HANDSHAKE_TIMEOUT_S,
         )
         self._chunk_bytes = config.replication.max_frame_bytes - FRAME_MARGIN_BYTES

@@ -52,8 +52,10 @@ class PushServer:
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Serve until ``stop`` is set (or, without one, until cancelled)."""
         server = TlsServer(
-            server_context(self.config.tls, self.node.name), self._connection,
-            self._refuse_handshake, HANDSHAKE_TIMEOUT_S,
+            server_context(self.config.tls, self.node.name),
+            self._connection,
+            self._refuse_handshake,
+            HANDSHAKE_TIMEOUT_S,
         )
         self._scan_replicas()
         await server.start(self.node.host, self.config.ports.push)

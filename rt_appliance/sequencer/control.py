@@ -64,7 +64,9 @@ class ControlServer:
             on_refused,
         )
         self._server = TlsServer(
-            server_context(config.tls, node_name), self._connection, self._refuse,
+            server_context(config.tls, node_name),
+            self._connection,
+            self._refuse,
             HANDSHAKE_TIMEOUT_S,
         )
 
@@ -128,8 +130,6 @@ def _positions(fields: dict[str, Any]) -> dict[str, int]:
         for k, v in fields.items()
         if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
     }
-
-
 
 
 class Reporter:

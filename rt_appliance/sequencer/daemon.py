@@ -46,6 +46,7 @@ from rt_appliance.heartbeat import sequencer_file, write_sequencer_file
 from rt_appliance.limits import (
     GAUGES_EVERY_S,
     HEARTBEAT_EVERY_S,
+    HOLDS_REPORT_WAIT_INTERVALS,
     INPUT_WATCH_RETRY_S,
     INPUT_WATCH_WAIT_S,
     LAG_PROBE_S,
@@ -193,7 +194,10 @@ class Sequencer:
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
         self._heartbeat_failing = False  # the heartbeat file could not be written last time
-        self._peer_holds: dict[str, dict[str, int]] = {}  # leader: holds reported by nodes
+        report_s = config.sequencer.report_interval_ms / 1000
+        self._holds_seen = holds.LeaderHolds(  # leader: every node's holds
+            node_name, [n.name for n in config.nodes], HOLDS_REPORT_WAIT_INTERVALS * report_s
+        )
         # READY for systemd: the merged log was recovered above; raft must listen too.
         self.ready = asyncio.Event()
 
@@ -274,7 +278,7 @@ class Sequencer:
         if trace.enabled():
             for name, extent in extents.items():
                 trace.event("reported", f"{node}/{name}", extent)
-        self._peer_holds[node] = node_holds
+        self._holds_seen.report(node, node_holds)
         self._wake.set()
 
     def _report_fields(self) -> dict[str, Any]:
@@ -282,13 +286,10 @@ class Sequencer:
         own = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
         return {"extents": self.inputs.extents(), "holds": own}
 
-    def _hold_roll(self) -> int | None:
+    def _hold_roll(self, first_roll: int) -> int | None:
         """The oldest merged roll a consumer on any node still needs (leader)."""
-        positions = [int(h.position) for h in holds.read_holds(self.data_dir)]
-        for node, node_holds in self._peer_holds.items():
-            if node != self.name:
-                positions.extend(node_holds.values())
-        return holds.oldest_roll(positions)
+        own = [int(h.position) for h in holds.read_holds(self.data_dir)]
+        return self._holds_seen.oldest_roll(own, first_roll, time.monotonic())
 
     async def _watch_inputs(self) -> None:
         """Wake the reporter and the planner when an input grows (or one appears).
@@ -338,11 +339,15 @@ class Sequencer:
         policy = self.config.archiver
         while True:
             await asyncio.sleep(policy.interval_ms / 1000)
-            if not self.raft.is_leader():
+            leading = self.raft.is_leader()
+            self._holds_seen.leading(time.monotonic() if leading else None)
+            if not leading:
                 continue
             files = archiver.merged_files(self.merged.directory)
+            if not files:
+                continue
             disk = archiver.disk_usage(self.data_dir)
-            hold_roll = await asyncio.to_thread(self._hold_roll)
+            hold_roll = await asyncio.to_thread(self._hold_roll, files[0].roll)
             decision = archiver.decide(files, wall_ns(), disk, policy, hold_roll)
             committed = self.machine.committed()
             if decision is None or decision[0] <= committed.pruned_below:

@@ -32,6 +32,7 @@ from rt_appliance.position import Position
 __all__ = [
     "HOLDS_DIR",
     "Hold",
+    "LeaderHolds",
     "describe",
     "hold_path",
     "oldest_roll",
@@ -106,6 +107,45 @@ def oldest_roll(positions: list[int]) -> int | None:
     if not positions:
         return None
     return min(Position(p).roll for p in positions)
+
+
+class LeaderHolds:
+    """The leader's view of every node's holds: its own files, and what the others
+    reported. A node it has not heard from yet holds everything, for ``wait_s`` after
+    it took the lead: a new leader must not prune what a follower's consumer still
+    needs only because that follower's first report is still on its way."""
+
+    def __init__(self, me: str, nodes: list[str], wait_s: float) -> None:
+        self.me, self.nodes, self.wait_s = me, nodes, wait_s
+        self.reported: dict[str, dict[str, int]] = {}
+        self.led_since: float | None = None
+
+    def report(self, node: str, node_holds: dict[str, int]) -> None:
+        self.reported[node] = node_holds
+
+    def leading(self, now: float | None) -> None:
+        """``now`` (monotonic) while this node leads, None while it does not."""
+        if now is None:
+            self.led_since = None
+        elif self.led_since is None:
+            self.led_since = now
+
+    def unreported(self) -> list[str]:
+        return [n for n in self.nodes if n != self.me and n not in self.reported]
+
+    def oldest_roll(self, own: list[int], first_roll: int, now: float) -> int | None:
+        """The oldest merged roll still needed on any node (``first_roll``, the oldest
+        present, while some node's holds are unknown), or None for no hold."""
+        unreported = self.unreported()
+        led_for = now - self.led_since if self.led_since is not None else 0.0
+        if unreported and led_for < self.wait_s:
+            log.debug("archiver: holds of %s not reported yet", ", ".join(unreported))
+            return first_roll
+        positions = list(own)
+        for node, node_holds in self.reported.items():
+            if node != self.me:
+                positions.extend(node_holds.values())
+        return oldest_roll(positions)
 
 
 def describe(found: list[Hold], merged_dir: Path) -> dict[str, dict[str, object]]:

@@ -78,9 +78,7 @@ class TlsServer:
         finally:
             self._tasks.discard(task)
 
-    async def _connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         address = peer_address(writer)
         try:
             # TLS here rather than in the listener, so that refusals are counted and logged.

@@ -25,6 +25,7 @@ from rt_appliance.errors import (
     PositionPrunedError,
     RecordTooLargeError,
     RTError,
+    SenderLockedError,
     UsageError,
 )
 from rt_appliance.position import Position
@@ -50,6 +51,7 @@ __all__ = [
     "Publisher",
     "RTError",
     "RecordTooLargeError",
+    "SenderLockedError",
     "Subscriber",
     "UsageError",
     "__version__",

@@ -44,6 +44,7 @@ __all__ = [
     "PositionPrunedError",
     "RTError",
     "RecordTooLargeError",
+    "SenderLockedError",
     "TransportError",
     "UsageError",
 ]
@@ -83,6 +84,13 @@ class CorruptLogError(LogError):
 
 class LogLockedError(LogError):
     """Another writer already holds the directory."""
+
+    retryable = True
+
+
+class SenderLockedError(LogLockedError):
+    """Another process already sends this publisher directory to the nodes (an
+    ``rt push-client``, or an application's ``Publisher(..., replicate=...)``)."""
 
     retryable = True
 

@@ -119,6 +119,13 @@ ERROR_SEND_WAIT_S, CLOSE_WAIT_S = 1.0, 1.0
 PUSH_IDLE_WAIT_S = 0.5
 # How often a replicator updates its lag metric (a directory walk).
 LAG_UPDATE_S = 1.0
+# A push client finding a directory sent by another process (an application's own
+# Publisher) tries to take it over this often: it sends the rest once that one stops.
+SENDER_LOCK_RETRY_S = 2.0
+# An application's Publisher that replicates waits at most this long in close() for
+# every connected node to acknowledge what it published (the rest stays on its disk
+# for the next start or an ``rt push-client``).
+PUBLISHER_CLOSE_LINGER_S = 5.0
 # A chunk the pull server read smaller than this came from the merged log's tail, in the
 # page cache: the next read is done on the event loop (no thread hand-off per message);
 # after a larger one (catching up, maybe from disk) reads go to a worker thread.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 from rt_appliance.clock import wall_ns
-from rt_appliance.errors import LogError, LogLockedError
+from rt_appliance.errors import LogError, LogLockedError, RTError
 from rt_appliance.limits import LISTING_SETTLE_NS, LOCK_HOLDER_BYTES, MAX_SESSION
 from rt_appliance.log.naming import file_name, parse_file_name
 
@@ -183,14 +183,21 @@ def next_session(directory: Path, used: int = 0) -> int:
 
 
 class DirectoryLock:
-    """The single-writer lock of a directory (``flock`` on ``.lock``).
+    """A single-holder lock of a directory (``flock`` on ``.lock``: the one writer).
 
-    The kernel drops the lock when the process dies, so a crashed writer never
-    leaves a stale lock behind.
+    The kernel drops the lock when the process dies, so a crashed holder never
+    leaves a stale lock behind. ``name`` and ``role`` make other locks of the same
+    kind (the one sender of a publisher directory: ``.send.lock``).
     """
 
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / LOCK_NAME
+    def __init__(
+        self,
+        directory: Path,
+        name: str = LOCK_NAME,
+        role: str = "writer",
+        error: type[RTError] = LogLockedError,
+    ) -> None:
+        self.path = directory / name
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -200,8 +207,8 @@ class DirectoryLock:
                 or "unknown"
             )
             os.close(self._fd)
-            raise LogLockedError(
-                f"{directory} already has a writer (pid {holder}); one writer per directory"
+            raise error(
+                f"{directory} already has a {role} (pid {holder}); one {role} per directory"
             ) from exc
         os.ftruncate(self._fd, 0)
         try:  # the pid is for people reading the file: the flock is the lock

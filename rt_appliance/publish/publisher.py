@@ -5,6 +5,11 @@ session. Durability is explicit (:class:`Durability`); the disk is the buffer wh
 the network is down, bounded by ``max_bytes`` (:mod:`rt_appliance.publish.budget`).
 
 A Publisher is safe to share between threads: calls are serialised by a lock.
+
+With ``replicate=`` (the stream's configuration file) the Publisher also sends its
+directory to every node itself, from a thread of the application
+(:mod:`rt_appliance.publish.replicator`): no ``rt push-client`` is needed for it, and
+each ``publish()`` wakes the sender directly.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Sequence
 from enum import Enum, StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rt_appliance.clock import wall_ns
 from rt_appliance.errors import DedupIdError, LogError, UsageError
@@ -34,6 +39,10 @@ from rt_appliance.log.writer import LogWriter
 from rt_appliance.payloads import encode_arrow
 from rt_appliance.position import Position
 from rt_appliance.publish.budget import DiskBudget, Drops, OnFull, check_budget
+
+if TYPE_CHECKING:
+    from rt_appliance.config import StreamConfig
+    from rt_appliance.publish.replicator import Replicator
 
 __all__ = ["Durability", "OnFull", "Publisher"]
 
@@ -76,7 +85,12 @@ class Publisher:
         max_bytes: int | None = None,
         on_full: OnFull | str = OnFull.BLOCK,
         block_timeout_s: float | None = None,
+        replicate: str | os.PathLike[str] | StreamConfig | None = None,
     ) -> None:
+        """``replicate``: the stream's configuration (``/etc/rt/rt.yaml``, or a loaded
+        one); ``host`` is then this publisher host's name in it and ``directory`` its
+        ``data_dir``/pub. Raises :class:`SenderLockedError` if another process (an
+        ``rt push-client``) already sends the directory."""
         self.topic = topic
         self.host = host or socket.gethostname().split(".")[0]
         self.directory = Path(directory) / publisher_dir_name(topic, self.host)
@@ -124,6 +138,15 @@ class Publisher:
                 name=f"rt-publisher-sync-{topic}",
             )
             self._syncer.start()
+        self._replicator: Replicator | None = None
+        self._notify = _no_notify
+        if replicate is not None:
+            try:
+                self._replicator = _replicator(replicate, self.host, topic, self.directory)
+            except BaseException:
+                self.close()
+                raise
+            self._notify = self._replicator.notify
         log.info("publishing %s session %d", self.directory, self._writer.session)
 
     # -- the calls applications make ------------------------------------------------
@@ -150,6 +173,7 @@ class Publisher:
                 self._last_id = last_id
             if self._sync_singles:
                 self._after_write(1, single=True)
+        self._notify()
         return position
 
     def publish_arrow(
@@ -193,6 +217,7 @@ class Publisher:
             if self._dedup:
                 self._last_id = last_id
             self._after_write(len(sizes), single=False)
+        self._notify()
         return position
 
     def flush(self) -> Position:
@@ -204,15 +229,42 @@ class Publisher:
             return self._writer.position
 
     def close(self) -> None:
-        """Sync (unless durability is ``never``), release the directory. Idempotent."""
+        """Sync (unless durability is ``never``), release the directory. Idempotent.
+
+        A Publisher that replicates first waits a few seconds
+        (``limits.PUBLISHER_CLOSE_LINGER_S``) for every connected node to acknowledge
+        what it published; the rest is sent by the next sender of the directory.
+        """
         with self._lock:
             if self._closed.is_set():
                 return
             self._closed.set()
             self._is_closed = True
+            end = self._writer.position
             self._writer.close(sync=self.durability is not Durability.NEVER)
         if self._syncer is not None:
             self._syncer.join()
+        if self._replicator is not None:
+            self._replicator.close(end)
+
+    def wait_acknowledged(
+        self, position: Position | None = None, *, nodes: int | None = None, timeout_s: float = 10.0
+    ) -> bool:
+        """With ``replicate=``: wait until ``nodes`` nodes (default: all) acknowledged
+        every message before ``position`` (default: everything published so far);
+        False after ``timeout_s``. Acknowledged means synced in the node's copy."""
+        if self._replicator is None:
+            raise UsageError("wait_acknowledged() needs a Publisher made with replicate=")
+        target = self.position if position is None else position
+        count = len(self._replicator.client.acked) if nodes is None else nodes
+        return self._replicator.wait(target, count, timeout_s)
+
+    @property
+    def acknowledged(self) -> dict[str, Position]:
+        """With ``replicate=``: how far each node has acknowledged this directory."""
+        if self._replicator is None:
+            raise UsageError("acknowledged needs a Publisher made with replicate=")
+        return self._replicator.acknowledged()
 
     def __enter__(self) -> Publisher:
         return self
@@ -298,6 +350,18 @@ class Publisher:
                     self._unsynced += pending
             finally:
                 os.close(fd)
+
+
+def _no_notify() -> None:
+    pass
+
+
+def _replicator(
+    replicate: str | os.PathLike[str] | StreamConfig, host: str, topic: str, directory: Path
+) -> Replicator:
+    from rt_appliance.publish.replicator import Replicator, replication_config
+
+    return Replicator(replication_config(replicate), host, topic, directory)
 
 
 def _enum(kind: type[_E], value: object, name: str) -> _E:

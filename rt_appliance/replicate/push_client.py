@@ -1,39 +1,54 @@
 """The push client: streams a publisher host's directories to every RT node.
 
-One per publisher host (``rt push-client``). It holds one connection to each
+One per publisher host (``rt push-client``), or one inside an application's own
+Publisher (``Publisher(..., replicate=...)``). It holds one connection to each
 node: directly, or through the load balancer, where the WELCOME names the node
 that answered and a connection to a node it already holds is closed and retried
 (RabbitMQ's workaround). On each connection it offers its directories, resumes
 where the node says, sends chunks as the publisher writes them (inotify), and
 reconnects with capped, jittered backoff. Rolled files that every node has
 acknowledged are deleted when ``replication.delete_acked`` is set.
+
+One sender per directory: a push client holds ``<dir>/.send.lock`` (flock) for every
+directory it sends. The daemon waits for a directory another process sends and takes
+it over when that process stops; an application's Publisher refuses to start
+(:class:`~rt_appliance.errors.SenderLockedError`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from rt_appliance import trace
 from rt_appliance.config.model import NodeConfig, StreamConfig
-from rt_appliance.errors import RTError, TransportError
-from rt_appliance.limits import FRAME_MARGIN_BYTES, LAG_UPDATE_S, PUSH_IDLE_WAIT_S
+from rt_appliance.errors import RTError, SenderLockedError, TransportError
+from rt_appliance.limits import (
+    FRAME_MARGIN_BYTES,
+    LAG_UPDATE_S,
+    PUSH_IDLE_WAIT_S,
+    SENDER_LOCK_RETRY_S,
+)
 from rt_appliance.log.naming import publisher_dir_name
-from rt_appliance.log.segments import bytes_after, fsync_dir, list_files
-from rt_appliance.log.watch import AsyncDirectoryWatcher
+from rt_appliance.log.segments import DirectoryLock, bytes_after, fsync_dir, list_files
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.refusals import Refusals, Stuck
 from rt_appliance.replicate.source import DirectorySource
+from rt_appliance.replicate.wake import WaiterFactory, watch_directories
 from rt_appliance.transport.messages import FrameType, decode_control, require
 from rt_appliance.transport.session import Connection, connect
 from rt_appliance.transport.tls import client_context
 
-__all__ = ["PushClient"]
+__all__ = ["SEND_LOCK_NAME", "PushClient"]
+
+SEND_LOCK_NAME = ".send.lock"
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +61,16 @@ class PushClient:
         config: StreamConfig,
         host_name: str,
         topics: list[str] | None = None,
+        waiter: WaiterFactory = watch_directories,
     ) -> None:
         self.config = config
         self.host = config.publisher(host_name)
         self.root = config.data_dir_of(self.host) / "pub"
         self.dirs = [publisher_dir_name(t, host_name) for t in (topics or self.host.topics)]
+        self._waiter = waiter
+        self.on_ack: Callable[[str, str, Position], None] | None = None  # node, dir, position
+        self._locks: dict[str, DirectoryLock] = {}  # dir -> its send lock, once taken
+        self._sending: list[str] = []  # the directories this client sends (locked), in order
         self.acked: dict[str, dict[str, Position]] = {n.name: {} for n in config.nodes}
         self._deleted_below: dict[str, tuple[int, int]] = {}  # dir -> oldest file key kept
         self.connected: set[str] = set()
@@ -73,11 +93,58 @@ class PushClient:
         if len(self._attempted) == len(self.config.nodes):
             self.ready.set()
 
+    def lock(self) -> None:
+        """Take the send lock of every directory now; SenderLockedError if another
+        process sends one (nothing is kept locked then)."""
+        try:
+            for d in self.dirs:
+                self._take(d)
+        except SenderLockedError:
+            self.unlock()
+            raise
+
+    def unlock(self) -> None:
+        for lock in self._locks.values():
+            lock.release()
+        self._locks.clear()
+        self._sending.clear()
+
+    def _take(self, d: str) -> None:
+        directory = self.root / d
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(directory, SEND_LOCK_NAME, "sender", SenderLockedError)
+        self._locks[d] = lock
+        self._sending = [x for x in self.dirs if x in self._locks]
+
+    async def _take_over(self, stop: asyncio.Event) -> None:
+        """Take the directories another process sends once it stops (the daemon)."""
+        said: set[str] = set()
+        while not stop.is_set():
+            for d in self.dirs:
+                if d in self._locks:
+                    continue
+                try:
+                    self._take(d)
+                except SenderLockedError as exc:
+                    if d not in said:
+                        log.error("not sending %s: %s; taking it over when it stops", d, exc)
+                        said.add(d)
+                    continue
+                if d in said:
+                    log.info("sending %s: the other sender stopped", d)
+            if len(self._locks) == len(self.dirs):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SENDER_LOCK_RETRY_S)
+
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Replicate until ``stop`` is set (or, without one, until cancelled)."""
+        """Replicate until ``stop`` is set (or, without one, until cancelled).
+
+        Directories not locked yet (:meth:`lock`) are taken as soon as no other
+        process sends them.
+        """
         stop = stop or asyncio.Event()
-        for d in self.dirs:
-            (self.root / d).mkdir(parents=True, exist_ok=True)
+        takeover = asyncio.create_task(self._take_over(stop))
         slots = [asyncio.create_task(self._slot(node, stop)) for node in self.config.nodes]
         stopped = asyncio.create_task(stop.wait())
         try:
@@ -89,9 +156,10 @@ class PushClient:
                     task.result()  # raises what ended the slot
         finally:
             stopped.cancel()
+            takeover.cancel()
             for task in slots:
                 task.cancel()
-            await asyncio.gather(*slots, return_exceptions=True)
+            await asyncio.gather(takeover, *slots, return_exceptions=True)
 
     async def _slot(self, node: NodeConfig, stop: asyncio.Event) -> None:
         """Keep one connection to a node (direct) or to a not-yet-held node (load balancer)."""
@@ -182,7 +250,7 @@ class PushClient:
     async def _stream(self, conn: Connection, node: str, stop: asyncio.Event) -> None:
         sources: dict[str, DirectorySource] = {}
         try:
-            for d in self.dirs:
+            for d in list(self._sending):
                 self._current[node] = d
                 await conn.send(FrameType.OFFER, {"dir": d})
                 fields = await conn.receive_control(FrameType.RESUME)
@@ -221,8 +289,13 @@ class PushClient:
         sent = {d: source.position for d, source in sources.items()}
         self._last_ack[node] = time.monotonic()
         next_lag_update = 0.0
-        with AsyncDirectoryWatcher(*(self.root / d for d in self.dirs)) as watcher:
+        offered = len(sources)
+        watcher = self._waiter([self.root / d for d in sources])
+        try:
             while not stop.is_set():
+                if len(self._sending) != offered:  # a directory was taken over: offer it too
+                    log.info("push to %s: reconnecting to offer %s", node, self._sending[-1])
+                    return
                 if acks.done():
                     acks.result()  # raises why the connection ended
                     return
@@ -248,9 +321,11 @@ class PushClient:
                     next_lag_update = time.monotonic() + LAG_UPDATE_S
                 if not sent_any:
                     await watcher.wait(min(PUSH_IDLE_WAIT_S, timeout / 4))
+        finally:
+            watcher.close()
 
     def _update_lag(self, node: str) -> None:
-        for d in self.dirs:
+        for d in self._sending:
             acked = self.acked[node].get(d, Position.ZERO)
             lag = bytes_after(self.root / d, acked.session, acked.roll, acked.offset)
             self.metrics.lag_bytes.labels(node=node, dir=d).set(lag)
@@ -272,6 +347,8 @@ class PushClient:
             self.acked[node][d] = position
             self._last_ack[node] = time.monotonic()
             self.metrics.acked_position.labels(node=node, dir=d).set(int(position))
+            if self.on_ack is not None:
+                self.on_ack(node, d, position)
             if self.config.replication.delete_acked:
                 self._delete_acked(d)
 

@@ -196,14 +196,16 @@ class LocalStream:
             )
         return self.daemons[key]
 
-    def start(self) -> LocalStream:
-        """Start every daemon: the nodes' first, then the publisher and subscriber hosts'."""
+    def start(self, push_clients: bool = True, pull_clients: bool = True) -> LocalStream:
+        """Start every daemon: the nodes' first, then the publisher and subscriber hosts'
+        (without ``push_clients`` / ``pull_clients``: the applications replicate or pull
+        in process)."""
         try:
             for node in self.node_names:
                 self.start_node(node)
-            for pub in self.config.publishers:
+            for pub in self.config.publishers if push_clients else []:
                 self._daemon("push-client", pub.name).start()
-            for sub in self.config.subscribers:
+            for sub in self.config.subscribers if pull_clients else []:
                 self._daemon("pull-client", sub.name).start()
         except BaseException:
             self.stop()

@@ -1,6 +1,6 @@
 """The stream's configuration: ``etc/rt.yaml``, validated by pydantic."""
 
-from rt_appliance.config.load import ConfigError, load_config, parse_config
+from rt_appliance.config.load import ConfigError, as_config, load_config, parse_config
 from rt_appliance.config.model import (
     HostRole,
     NodeConfig,
@@ -22,6 +22,7 @@ __all__ = [
     "StreamConfig",
     "SubscriberHost",
     "TlsConfig",
+    "as_config",
     "load_config",
     "parse_config",
 ]

@@ -6,6 +6,7 @@ the caller (``rt``) prints them and exits with status 2, writing nothing.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,11 @@ def parse_config(text: str, path: str = "<config>") -> StreamConfig:
             message = err["msg"].removeprefix("Value error, ")
             problems.append(f"{path}:{_line_of(loc, lines)}: {field}: {message}")
         raise ConfigError(path, problems) from None
+
+
+def as_config(value: str | os.PathLike[str] | StreamConfig) -> StreamConfig:
+    """A loaded configuration as it is, or the one read from the file at ``value``."""
+    return value if isinstance(value, StreamConfig) else load_config(Path(value))
 
 
 def load_config(path: str | Path) -> StreamConfig:

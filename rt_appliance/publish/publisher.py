@@ -359,9 +359,10 @@ def _no_notify() -> None:
 def _replicator(
     replicate: str | os.PathLike[str] | StreamConfig, host: str, topic: str, directory: Path
 ) -> Replicator:
-    from rt_appliance.publish.replicator import Replicator, replication_config
+    from rt_appliance.config import as_config
+    from rt_appliance.publish.replicator import Replicator
 
-    return Replicator(replication_config(replicate), host, topic, directory)
+    return Replicator(as_config(replicate), host, topic, directory)
 
 
 def _enum(kind: type[_E], value: object, name: str) -> _E:

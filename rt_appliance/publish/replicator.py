@@ -15,27 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from pathlib import Path
 
-from rt_appliance.config import StreamConfig, load_config
+from rt_appliance.config import StreamConfig
 from rt_appliance.errors import UsageError
 from rt_appliance.limits import PUBLISHER_CLOSE_LINGER_S
 from rt_appliance.log.naming import publisher_dir_name
 from rt_appliance.position import Position
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.wake import PublishWake
+from rt_appliance.transport.background import LoopThread
 
-__all__ = ["Replicator", "replication_config"]
+__all__ = ["Replicator"]
 
 log = logging.getLogger(__name__)
-
-
-def replication_config(replicate: str | os.PathLike[str] | StreamConfig) -> StreamConfig:
-    """The stream configuration a Publisher replicates with (a path or a loaded one)."""
-    return replicate if isinstance(replicate, StreamConfig) else load_config(Path(replicate))
 
 
 class Replicator:
@@ -49,40 +44,29 @@ class Replicator:
                 f"{config.stream} ({', '.join(publisher.topics)})"
             )
         self.dir = publisher_dir_name(topic, host)
-        self._loop = asyncio.new_event_loop()
-        self._wake = PublishWake(self._loop)
+        self._thread = LoopThread(f"rt-push-{topic}", self._main)
+        self._wake = PublishWake(self._thread.loop)
         self.client = PushClient(config, host, [topic], waiter=self._wake.waiter)
         expected = self.client.root / self.dir
         if directory.resolve() != expected.resolve():
-            self._loop.close()
+            self._thread.loop.close()
             raise UsageError(
                 f"a Publisher that replicates writes where stream {config.stream} says host "
                 f"{host} publishes: {self.client.root} (its data_dir + /pub), not "
                 f"{directory.parent}"
             )
-        self.client.lock()  # SenderLockedError: another process sends this directory
+        try:
+            self.client.lock()  # SenderLockedError: another process sends this directory
+        except BaseException:
+            self._thread.loop.close()
+            raise
         self.notify = self._wake.notify
         self._acked = threading.Condition()
         self.client.on_ack = self._on_ack
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"rt-push-{topic}")
         self._thread.start()
-        self._started.wait()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._main())
-        except Exception:
-            log.exception("the push client of %s stopped", self.dir)
-        finally:
-            self._loop.close()
-
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        self._started.set()
-        await self.client.run(self._stop)
+    async def _main(self, stop: asyncio.Event) -> None:
+        await self.client.run(stop)
 
     def _on_ack(self, node: str, d: str, position: Position) -> None:
         with self._acked:
@@ -98,7 +82,7 @@ class Replicator:
         with self._acked:
             while sum(p >= position for p in self.acknowledged().values()) < nodes:
                 left = deadline - time.monotonic()
-                if left <= 0 or not self._thread.is_alive():
+                if left <= 0 or not self._thread.alive:
                     return False
                 self._acked.wait(min(left, 0.5))
         return True
@@ -115,7 +99,5 @@ class Replicator:
                 end,
                 ", ".join(f"{n} {p}" for n, p in sorted(self.acknowledged().items())),
             )
-        if self._stop is not None and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join()
+        self._thread.stop()
         self.client.unlock()

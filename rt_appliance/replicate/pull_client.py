@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -106,6 +107,7 @@ class PullClient:
         self._failures = 0  # failed connections since the last PULL
         self._avoid: dict[str, float] = {}  # node -> until when (monotonic) it is tried last
         self._pulling_from: str | None = None
+        self.on_change: Callable[[], None] | None = None  # after each append or prune
         self.ready = asyncio.Event()  # set once the first connection attempt is made
 
     def status_line(self) -> str:
@@ -241,11 +243,15 @@ class PullClient:
             trace.event("copy", self.host.name, int(self.replica.end))
             self.metrics.received_bytes.inc(len(data.payload))
             self._pruned_answers = 0
+            if self.on_change is not None:
+                self.on_change()
             return
         fields = decode_control(frame_type, body)
         if frame_type == FrameType.PRUNE:
             before = Position.parse(require(fields, "before", int))
             await finish_in_thread(partial(self._prune, before, conn.peer))
+            if self.on_change is not None:
+                self.on_change()
         elif frame_type == FrameType.ERROR:
             message = f"{conn.peer}: {fields.get('message', '?')}"
             if "oldest" in fields:

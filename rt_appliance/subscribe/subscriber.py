@@ -13,15 +13,23 @@ A damaged record followed by valid ones is a :class:`CorruptLogError` naming the
 file and offset. Without ``follow`` a record running past the end of the last
 file is checked for valid records hidden after it too (its length may be the
 damaged part); a follower waits instead, since the writer may be writing it.
+
+With ``pull=`` (the stream's configuration) and ``host=`` (this subscriber host) the
+Subscriber keeps the host's copy of the merged log itself, as ``rt pull-client`` does,
+from a thread of the application (:mod:`rt_appliance.subscribe.puller`); a follower is
+woken by each chunk that arrives rather than by inotify. :meth:`close` stops it.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rt_appliance.errors import LogError
+from rt_appliance.errors import LogError, UsageError
 from rt_appliance.limits import DEFAULT_BATCH_MESSAGES, FOLLOW_POLL_S, MAX_BATCH_MESSAGES
 from rt_appliance.log.cursor import LogCursor
 from rt_appliance.log.recovery import verify_file
@@ -30,14 +38,55 @@ from rt_appliance.log.watch import DirectoryWatcher, wait_for_directory
 from rt_appliance.position import Position
 from rt_appliance.subscribe.messages import Message, MessageBatch
 
+if TYPE_CHECKING:
+    from rt_appliance.config import StreamConfig
+    from rt_appliance.subscribe.puller import Puller
+
 __all__ = ["Subscriber"]
 
 
 class Subscriber:
     """Reads messages from ``directory``, a stream file directory."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        pull: str | os.PathLike[str] | StreamConfig | None = None,
+        host: str | None = None,
+    ) -> None:
+        """``pull``: the stream's configuration (``/etc/rt/rt.yaml`` or a loaded one);
+        the Subscriber then keeps subscriber host ``host``'s copy (default: this
+        machine's short host name) and ``directory`` may be left out."""
+        self._puller: Puller | None = None
+        if pull is None:
+            if directory is None:
+                raise UsageError("Subscriber needs a directory, or pull= and host=")
+            self.directory = Path(directory)
+            return
+        from rt_appliance.config import as_config
+        from rt_appliance.subscribe.puller import Puller
+
+        config = as_config(pull)
+        name = host or socket.gethostname().split(".")[0]
+        self._puller = Puller(config, name, None if directory is None else Path(directory))
+        self.directory = self._puller.directory
+
+    def close(self) -> None:
+        """Stop the pull client (``pull=``); the copy stays for the next start. Idempotent."""
+        if self._puller is not None:
+            self._puller.close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- the calls applications make ------------------------------------------------
 
@@ -74,7 +123,8 @@ class Subscriber:
                 raise LogError(f"{self.directory}: no such stream directory")
             while not wait_for_directory(self.directory, FOLLOW_POLL_S):
                 pass
-        with DirectoryWatcher(self.directory) as watcher:
+        waiter = DirectoryWatcher if self._puller is None else self._puller.arrivals.waiter
+        with waiter(self.directory) as watcher:
             while follow and start == 0 and not list_files(self.directory):
                 watcher.wait(FOLLOW_POLL_S)
             with LogCursor(self.directory, start, strict_tail=not follow) as cursor:

@@ -123,7 +123,7 @@ LAG_UPDATE_S = 1.0
 # Publisher) tries to take it over this often: it sends the rest once that one stops.
 SENDER_LOCK_RETRY_S = 2.0
 # An application's Publisher that replicates waits at most this long in close() for
-# every connected node to acknowledge what it published (the rest stays on its disk
+# every node to acknowledge what it published (the rest stays on its disk
 # for the next start or an ``rt push-client``).
 PUBLISHER_CLOSE_LINGER_S = 5.0
 # A chunk the pull server read smaller than this came from the merged log's tail, in the

@@ -16,6 +16,7 @@ from rt_appliance.cli.appliance_cmds import apply, config_group, validate
 from rt_appliance.cli.certs_cmds import certs
 from rt_appliance.cli.lab import LabGroup
 from rt_appliance.cli.log_cmds import log_group
+from rt_appliance.cli.node_cmds import node
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
 from rt_appliance.cli.pull_cmds import pull_client, pull_server
 from rt_appliance.cli.push_cmds import push_client, push_server
@@ -60,6 +61,7 @@ cli.add_command(replication)
 cli.add_command(certs)
 cli.add_command(pull_server)
 cli.add_command(pull_client)
+cli.add_command(node)
 cli.add_command(sequencer)
 cli.add_command(status)
 cli.add_command(validate)

@@ -231,9 +231,9 @@ class Publisher:
     def close(self) -> None:
         """Sync (unless durability is ``never``), release the directory. Idempotent.
 
-        A Publisher that replicates first waits a few seconds
-        (``limits.PUBLISHER_CLOSE_LINGER_S``) for every connected node to acknowledge
-        what it published; the rest is sent by the next sender of the directory.
+        A Publisher that replicates first waits up to a few seconds
+        (``limits.PUBLISHER_CLOSE_LINGER_S``) for every node to acknowledge what it
+        published; what is left is sent by the next sender of the directory.
         """
         with self._lock:
             if self._closed.is_set():

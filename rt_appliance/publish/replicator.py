@@ -88,13 +88,12 @@ class Replicator:
         return True
 
     def close(self, end: Position, linger_s: float = PUBLISHER_CLOSE_LINGER_S) -> None:
-        """Wait up to ``linger_s`` for every connected node to acknowledge ``end``, then
-        stop the thread and release the directory (what is left stays on disk)."""
-        connected = len(self.client.connected)
-        if connected and not self.wait(end, connected, linger_s):
+        """Wait up to ``linger_s`` for every node to acknowledge ``end``, then stop the
+        thread and release the directory (what is left stays on disk)."""
+        if not self.wait(end, len(self.client.acked), linger_s):
             log.warning(
-                "%s: closing before every connected node acknowledged %s (acknowledged: %s); "
-                "the next sender resumes from there",
+                "%s: closing before every node acknowledged %s (acknowledged: %s); "
+                "the next sender of the directory resumes from there",
                 self.dir,
                 end,
                 ", ".join(f"{n} {p}" for n, p in sorted(self.acknowledged().items())),

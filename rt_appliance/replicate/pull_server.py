@@ -111,8 +111,13 @@ class ServerMetrics:
 class PullServer:
     """Serves ``pull_source_dir(config, node)`` on ``node.host:ports.pull`` until stopped."""
 
-    def __init__(self, config: StreamConfig, node_name: str, metrics: ServerMetrics) -> None:
+    def __init__(
+        self, config: StreamConfig, node_name: str, metrics: ServerMetrics, watch: bool = True
+    ) -> None:
+        """``watch=False``: in the node process, the merger calls :meth:`changed` instead
+        of an inotify watch waking the connections."""
         self.config = config
+        self._watch = watch
         self.node = config.node(node_name)
         self.name = node_name
         self.directory = pull_source_dir(config, self.node)
@@ -130,6 +135,11 @@ class PullServer:
         self._clients = 0  # connections being served
         self.ready = asyncio.Event()  # set once listening
 
+    def changed(self) -> None:
+        """The served directory changed (any thread): every streaming connection looks."""
+        if self._changes is not None:
+            self._changes.notify()
+
     def status_line(self) -> str:
         """One line for systemd's status: connections served."""
         return f"serving {self.directory}: {self._clients} connection(s)"
@@ -137,7 +147,7 @@ class PullServer:
     async def start(self) -> None:
         """Watch the directory (made if missing: the merger may not have started) and listen."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._changes = DirectoryChanges(self.directory)
+        self._changes = DirectoryChanges(self.directory, watch=self._watch)
         host, port = self.node.host, self.config.ports.pull
         try:
             await self._server.start(host, port)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from rt_appliance.config.model import HostRole, StreamConfig
 from rt_appliance.errors import CorruptLogError, LogFullError, PeerRejectedError, RTError
 from rt_appliance.limits import HANDSHAKE_TIMEOUT_S, SHUTDOWN_GRACE_S
 from rt_appliance.log.naming import parse_publisher_dir
+from rt_appliance.position import Position
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.transport.messages import FrameType, decode_control, decode_data, require
@@ -36,14 +38,23 @@ log = logging.getLogger(__name__)
 class PushServer:
     """Accepts push connections for node ``node_name`` until stopped."""
 
-    def __init__(self, config: StreamConfig, node_name: str) -> None:
+    def __init__(
+        self, config: StreamConfig, node_name: str, on_synced: Callable[[], None] | None = None
+    ) -> None:
+        """``on_synced``: in the node process, called on this loop after each sync."""
         self.config = config
+        self._on_synced = on_synced
         self.node = config.node(node_name)
         self.in_dir = config.data_dir_of(self.node) / "in"
         self.metrics = PushMetrics("server")
         self._replicas: dict[str, ReplicaDir] = {}
         self._connections = 0  # publisher connections past the handshake
         self.ready = asyncio.Event()  # set once listening, with every replica scanned
+
+    def held(self, name: str) -> Position | None:
+        """How far the replica ``name`` is synced (None: no replica open by that name)."""
+        replica = self._replicas.get(name)
+        return None if replica is None else replica.synced
 
     def status_line(self) -> str:
         """One line for systemd's status: connections and replicas."""
@@ -194,6 +205,8 @@ class PushServer:
                     os.close(fd)
                 replica.mark_synced(end)
                 trace.event("synced", f"{self.node.name}/{name}", int(end))
+                if self._on_synced is not None:
+                    self._on_synced()
                 self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
                 await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
 

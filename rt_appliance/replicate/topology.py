@@ -149,21 +149,33 @@ class ServedStream:
 
 
 class DirectoryChanges:
-    """One inotify watch on the served directory; every waiting connection wakes on a change."""
+    """Wakes every waiting connection when the served directory changes: one inotify
+    watch, or (``watch=False``, in the node process) :meth:`notify` from the merger."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, watch: bool = True) -> None:
         self.generation = 0
         self._event = asyncio.Event()
-        self._watcher = AsyncDirectoryWatcher(directory)
-        self._task = asyncio.create_task(self._run())
-        self._task.add_done_callback(_watch_ended)
+        self._loop = asyncio.get_running_loop()
+        self._watcher = AsyncDirectoryWatcher(directory) if watch else None
+        self._task: asyncio.Task[None] | None = None
+        if self._watcher is not None:
+            self._task = asyncio.create_task(self._run())
+            self._task.add_done_callback(_watch_ended)
 
     async def _run(self) -> None:
+        assert self._watcher is not None
         while True:
             if await self._watcher.wait(FOLLOW_POLL_S):
-                self.generation += 1
-                self._event.set()
-                self._event = asyncio.Event()
+                self._changed()
+
+    def _changed(self) -> None:
+        self.generation += 1
+        self._event.set()
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        """The directory changed (any thread)."""
+        self._loop.call_soon_threadsafe(self._changed)
 
     async def wait(self, seen: int, timeout_s: float) -> None:
         """Until the generation moves past ``seen`` (read before reading) or ``timeout_s``."""
@@ -172,10 +184,12 @@ class DirectoryChanges:
                 await asyncio.wait_for(self._event.wait(), timeout_s)
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._watcher.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._watcher is not None:
+            self._watcher.close()
 
 
 def _watch_ended(task: asyncio.Task[None]) -> None:

@@ -163,14 +163,26 @@ class _Metrics:
 class Sequencer:
     """One node's sequencer; :meth:`run` until cancelled."""
 
-    def __init__(self, config: StreamConfig, node_name: str, metrics_port: int | None) -> None:
+    def __init__(
+        self,
+        config: StreamConfig,
+        node_name: str,
+        metrics_port: int | None,
+        held: Callable[[str], Position | None] | None = None,
+    ) -> None:
+        """``held``: in the node process, how far its push server holds an input, synced
+        (None: not known there); the inputs are then not watched, and the push server
+        calls :meth:`input_synced` after each sync."""
         self.config, self.name = config, node_name
         node = config.node(node_name)
         self.data_dir = config.data_dir_of(node)
         self.metrics_port = config.ports.sequencer_metrics if metrics_port is None else metrics_port
         self.metrics = _Metrics()
         self.machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
-        self.inputs = Inputs(self.data_dir / "in", sync=config.replication.fsync != "never")
+        self.inputs = Inputs(
+            self.data_dir / "in", sync=config.replication.fsync != "never", held=held
+        )
+        self._watch = held is None  # a daemon of its own: inotify on in/
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -215,6 +227,11 @@ class Sequencer:
     def leader(self) -> str | None:
         return self.raft.leader()
 
+    def input_synced(self) -> None:
+        """The node's push server synced input bytes (on this loop): report and plan now."""
+        self._inputs_changed.set()
+        self._wake.set()
+
     async def run(self) -> None:
         self._loop_thread = threading.get_ident()
         self._loop = asyncio.get_running_loop()
@@ -236,11 +253,12 @@ class Sequencer:
             asyncio.create_task(self.raft.run(), name="raft"),
             asyncio.create_task(reporter.run(), name="reporter"),
             asyncio.create_task(self._plan_loop(), name="planner"),
-            asyncio.create_task(self._watch_inputs(), name="in-watch"),
             asyncio.create_task(self._archive_loop(), name="archiver"),
             asyncio.create_task(self._observe_loop(), name="observer"),
             asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
+        if self._watch:
+            tasks.append(asyncio.create_task(self._watch_inputs(), name="in-watch"))
         log.info(
             "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
         )

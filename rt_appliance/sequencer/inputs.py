@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,8 +77,10 @@ class _Walked:
 class InputDir:
     """One input directory: its files and the valid end of the newest one."""
 
-    def __init__(self, path: Path, sync: bool) -> None:
-        self.path, self.name, self._sync = path, path.name, sync
+    def __init__(
+        self, path: Path, sync: bool, held: Callable[[str], Position | None] | None = None
+    ) -> None:
+        self.path, self.name, self._sync, self._held = path, path.name, sync, held
         self._listing = ListingCache(path, list_files)
         self._walked: _Walked | None = None  # where the last walk of the newest file ended
         self._synced: tuple[tuple[int, int], int] | None = None
@@ -87,6 +90,10 @@ class InputDir:
 
     def extent(self) -> Position:
         """How far this node durably holds this input (0: nothing yet)."""
+        if self._held is not None:  # in the node process: what its push server synced
+            known = self._held(self.name)
+            if known is not None:
+                return known
         files = self.files()
         if not files:
             return Position(0)
@@ -257,15 +264,17 @@ class InputDir:
 class Inputs:
     """Every input directory of this node's ``in/``."""
 
-    def __init__(self, in_dir: Path, sync: bool) -> None:
-        self.in_dir, self._sync = in_dir, sync
+    def __init__(
+        self, in_dir: Path, sync: bool, held: Callable[[str], Position | None] | None = None
+    ) -> None:
+        self.in_dir, self._sync, self._held = in_dir, sync, held
         self._dirs: dict[str, InputDir] = {}
         self._listing = ListingCache(in_dir, _input_names)
 
     def get(self, name: str) -> InputDir:
         d = self._dirs.get(name)
         if d is None:
-            d = self._dirs[name] = InputDir(self.in_dir / name, self._sync)
+            d = self._dirs[name] = InputDir(self.in_dir / name, self._sync, self._held)
         return d
 
     def names(self) -> list[str]:

@@ -78,7 +78,7 @@ class Nemesis:
     def _daemons(self, fault: Fault) -> list[Daemon]:
         variant = fault.variant
         if variant in NODE_ROLES:
-            return [self.stream.node_daemons(n)[variant] for n in self._nodes(fault.target)]
+            return [self.stream.node_daemon(n, variant) for n in self._nodes(fault.target)]
         if variant == "node":
             return [
                 d for n in self._nodes(fault.target) for d in self.stream.node_daemons(n).values()

@@ -92,6 +92,23 @@ __all__ = ["cluster_bench"]
     "--nice", click.IntRange(0, 19), 0, "Niceness of the publishing and subscribing applications."
 )
 @option(
+    "--clients",
+    click.Choice(["in-process", "daemons"]),
+    "in-process",
+    "How the applications reach the nodes: `in-process`, as a Python application "
+    "does by default (Publisher(replicate=...), Subscriber(pull=...)), or `daemons` "
+    "(rt push-client on each publisher host, rt pull-client on the subscriber host). "
+    "The trace always runs with the daemons",
+)
+@option(
+    "--layout",
+    click.Choice(["node", "daemons"]),
+    "node",
+    "How each node runs: `node`, one process (rt node), or `daemons`, rt push-server, "
+    "rt sequencer and rt pull-server. The trace and the merge measurement always run "
+    "with the daemons",
+)
+@option(
     "--latency-samples",
     click.Path(dir_okay=False, writable=True, path_type=Path),
     None,
@@ -133,18 +150,20 @@ def cluster_bench(
     max_range_kib: int | None,
     replication_fsync: str | None,
     nice: int,
+    clients: str,
+    layout: str,
     latency_samples: Path | None,
     stall_seconds: float,
     restart_seconds: float,
 ) -> None:
     """A 3-node stream end to end: throughput, merge rate, failover, latency, memory.
 
-    Starts a whole stream of real daemons with mutual TLS on this machine (per node
-    on 127.0.0.1-3: rt push-server, rt sequencer, rt pull-server; rt push-client on
-    publisher hosts pub-1 and pub-2; rt pull-client on subscriber host sub-1), a
-    fresh one per run. The publishing applications (one per publisher host) and the
-    subscribing application (Subscriber following sub-1's copy of the merged log)
-    are processes of their own. 100-byte payloads.
+    Starts a whole stream of real processes with mutual TLS on this machine (per
+    node on 127.0.0.1-3: rt node, or with --layout daemons rt push-server, rt
+    sequencer, rt pull-server), a fresh one per run. The publishing applications
+    (one per publisher host, pub-1 and pub-2) and the subscribing application
+    (following sub-1's copy of the merged log) are processes of their own; by
+    default they replicate and pull themselves (--clients). 100-byte payloads.
 
     \b
     throughput  both publishers publish --messages in batches of 1,000 at full
@@ -190,6 +209,8 @@ def cluster_bench(
         max_range_bytes=None if max_range_kib is None else max_range_kib << 10,
         replication_fsync=replication_fsync,
         nice=nice,
+        clients=clients,
+        layout=layout,
         latency_samples=latency_samples,
         stall_s=stall_seconds,
         restart_s=restart_seconds,

@@ -53,7 +53,10 @@ if TYPE_CHECKING:
 
 __all__ = ["NODE_ROLES", "LocalStream", "free_ports", "listen_port_range", "ports_in_use"]
 
-NODE_ROLES = ("push-server", "sequencer", "pull-server")  # the daemons of every node
+NODE_ROLES = ("push-server", "sequencer", "pull-server")  # what every node runs
+# layout "node": one process per node, ``rt node``, named "sequencer-<node>" as its unit
+# is (rt-sequencer.service); layout "daemons": the three daemons of the roles above.
+Layout = Literal["node", "daemons"]
 _RT = (sys.executable, "-m", "rt_appliance.cli")
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 
@@ -152,8 +155,12 @@ class LocalStream:
         ports: Literal["free", "default"] = "free",
         prefixes: Mapping[str, list[str]] | None = None,
         environments: Mapping[str, Mapping[str, str]] | None = None,
+        layout: Layout = "node",
     ) -> None:
         self.work = Path(work)
+        self.layout = layout
+        # the processes of a node: one (rt node) or one per role
+        self.node_roles: tuple[str, ...] = ("sequencer",) if layout == "node" else NODE_ROLES
         self.prefixes = dict(prefixes or {})  # host -> command prefix (a network namespace)
         self.environments = dict(environments or {})  # host -> variables its daemons get
         self.log_dir = self.work / "logs"
@@ -189,7 +196,8 @@ class LocalStream:
         key = f"{role}-{host}"
         if key not in self.daemons:
             option = "--node" if role in NODE_ROLES else "--host"
-            args = [role, "--config", str(self.views.get(host, self.config_path)), option, host]
+            command = "node" if self.layout == "node" and role == "sequencer" else role
+            args = [command, "--config", str(self.views.get(host, self.config_path)), option, host]
             env = self.environments.get(host)
             self.daemons[key] = Daemon(
                 key, args, self.log_dir, self.prefixes.get(host), dict(env) if env else None
@@ -213,17 +221,25 @@ class LocalStream:
         return self
 
     def node_daemons(self, name: str) -> dict[str, Daemon]:
-        """``{role: daemon}`` of node ``name`` (push-server, sequencer, pull-server)."""
+        """``{process: daemon}`` of node ``name``: ``sequencer`` (the ``rt node``
+        process), or push-server, sequencer and pull-server (layout "daemons")."""
         self.config.node(name)  # a clear error for an unknown node
-        return {role: self._daemon(role, name) for role in NODE_ROLES}
+        return {role: self._daemon(role, name) for role in self.node_roles}
+
+    def node_daemon(self, name: str, role: str) -> Daemon:
+        """The process of node ``name`` that runs ``role`` (in layout "node", the node's)."""
+        return self.node_daemons(name)[self._roles(role)[0]]
 
     def _roles(self, roles: str | Iterable[str] | None) -> list[str]:
+        """The processes that run ``roles`` (all of the node's for None), each once."""
         chosen = (
             list(NODE_ROLES) if roles is None else [roles] if isinstance(roles, str) else [*roles]
         )
         unknown = [r for r in chosen if r not in NODE_ROLES]
         if unknown:
             raise ValueError(f"unknown node roles {unknown}; a node runs {', '.join(NODE_ROLES)}")
+        if self.layout == "node":
+            return ["sequencer"]
         return chosen
 
     def kill_node(

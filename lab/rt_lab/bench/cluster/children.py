@@ -55,6 +55,7 @@ def publish_child(args: dict[str, Any]) -> dict[str, Any]:
         args["host"],
         fsync=args["fsync"],
         roll_bytes=int(args["roll_bytes"]),
+        replicate=args.get("replicate"),
     ) as pub:
         say("READY")
         sys.stdin.readline()  # GO: every publisher is ready
@@ -145,7 +146,11 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
 
     threading.Thread(target=report, daemon=True, name="report").start()
     traced = trace.start(SUBSCRIBING_APP)
-    for batch in Subscriber(args["dir"]).read_batches(follow=True, max_messages=8192):
+    if args.get("pull"):
+        subscriber = Subscriber(pull=args["pull"], host=args["host"])
+    else:
+        subscriber = Subscriber(args["dir"])
+    for batch in subscriber.read_batches(follow=True, max_messages=8192):
         now = time.time_ns()
         if traced and batch.timestamps_ns:
             trace.event("delivered", f"{batch.host}/{batch.topic}", max(batch.timestamps_ns))
@@ -166,6 +171,7 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
         if seen >= expected:
             done_ns = now
             break
+    subscriber.close()
     out: dict[str, Any] = {"count": seen, "first_ns": first_ns, "done_ns": done_ns}
     if args["latency"]:
         out["latency_ms"] = latency_summary_ms(latencies)

@@ -92,6 +92,16 @@ class ClusterBenchOptions:
     stall_s: float = 30.0  # no progress this long: the run stalled
     restart_s: float = 30.0  # a restarted sequencer must be back in step within this
     latency_samples: Path | None = None  # every latency of the latency runs, appended here
+    # "in-process": the applications' own Publisher(replicate=) and Subscriber(pull=), as a
+    # Python application runs by default; "daemons": rt push-client and rt pull-client
+    clients: str = "in-process"
+    # "node": one process per node (rt node); "daemons": rt push-server, rt sequencer and
+    # rt pull-server per node
+    layout: str = "node"
+
+    @property
+    def in_process(self) -> bool:
+        return self.clients == "in-process"
 
     def overrides(self) -> dict[str, Any]:
         """The configuration keys set on top of LocalStream's (see ``describe_config``)."""
@@ -117,6 +127,16 @@ def describe_config(opts: ClusterBenchOptions) -> str:
         + (f"{opts.max_range_bytes >> 10} KiB" if opts.max_range_bytes else "1 MiB (default)"),
         "every other key at its default as LocalStream writes it (reconnects from 50 ms)",
     ]
+    if opts.layout == "node":
+        items.append("each node one process (rt node)")
+    else:
+        items.append("each node three daemons (rt push-server, rt sequencer, rt pull-server)")
+    if opts.in_process:
+        items.append(
+            "clients in the applications: Publisher(replicate=...), Subscriber(pull=...)"
+        )
+    else:
+        items.append("clients as daemons: rt push-client, rt pull-client")
     if opts.nice:
         items.append(f"publishing and subscribing applications at nice {opts.nice}")
     return "; ".join(items)
@@ -272,7 +292,14 @@ class Bench:
 
     def __init__(self, opts: ClusterBenchOptions, work: Path, progress: Progress) -> None:
         self.opts, self.work, self.progress = opts, work, progress
-        self.stream = LocalStream(work, NODES, PUBLISHERS, [SUBSCRIBER], extra=opts.overrides())
+        self.stream = LocalStream(
+            work,
+            NODES,
+            PUBLISHERS,
+            [SUBSCRIBER],
+            extra=opts.overrides(),
+            layout="node" if opts.layout == "node" else "daemons",
+        )
         self.poller = StatusPoller(self.stream.config, SUBSCRIBER, STATUS_TIMEOUT_S, RETRY_S)
         self.children: list[Child] = []
 
@@ -307,6 +334,7 @@ class Bench:
                 "fsync": self.opts.publisher_fsync,
                 "roll_bytes": self.opts.publisher_roll_bytes,
                 "nice": self.opts.nice,
+                "replicate": str(self.stream.config_path) if self.opts.in_process else None,
             }
             log_path = self.work / "logs" / f"app-publish-{host}.log"
             children.append(Child("publish", args, log_path))
@@ -328,9 +356,13 @@ class Bench:
         samples: Path | None = None,
     ) -> Child:
         """The subscribing application on sub-1, reading its copy of the merged log (or,
-        to time a stage of the stream, following ``directory`` on a node)."""
+        to time a stage of the stream, following ``directory`` on a node). With the
+        clients in process it keeps the copy itself."""
+        pulls = directory is None and self.opts.in_process
         args = {
             "dir": str(directory or self.stream.subscriber_dir(SUBSCRIBER)),
+            "pull": str(self.stream.config_path) if pulls else None,
+            "host": SUBSCRIBER,
             "expected": expected,
             "skip": skip,
             "latency": latency,
@@ -345,11 +377,21 @@ class Bench:
         return child
 
     def warm_up(self) -> int:
-        """One message from each publisher through the whole stream; returns how many."""
+        """One message from each publisher through the whole stream (with the clients in
+        process: to every node's merged log, the subscriber pulls them when it starts);
+        returns how many."""
+        replicate = self.stream.config_path if self.opts.in_process else None
         for host, topics in PUBLISHERS.items():
-            with Publisher(self.stream.publisher_root(host), topics[0], host) as pub:
+            root = self.stream.publisher_root(host)
+            with Publisher(root, topics[0], host, replicate=replicate) as pub:
                 pub.publish(b"warm-up")
+                if replicate is not None and not pub.wait_acknowledged(
+                    nodes=len(self.stream.node_names) // 2 + 1, timeout_s=LEADER_TIMEOUT_S
+                ):
+                    raise self.stalled(f"no majority acknowledged {host}'s warm-up message")
         copy = self.stream.subscriber_dir(SUBSCRIBER)
+        if replicate is not None:
+            copy = self.stream.merged_dir(self.stream.node_names[-1])
 
         def arrived() -> bool:
             self.check_daemons()
@@ -367,7 +409,8 @@ class Bench:
     # -- the stream --
 
     def start(self) -> None:
-        self.stream.start()
+        daemons = not self.opts.in_process
+        self.stream.start(push_clients=daemons, pull_clients=daemons)
         self.wait_leader()
 
     def wait_leader(self, timeout_s: float = LEADER_TIMEOUT_S) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from rt_appliance.nodestatus import Answer, NodeStatus
@@ -26,7 +27,10 @@ __all__ = ["measure_merge"]
 
 
 def measure_merge(opts: ClusterBenchOptions, work: Path, progress: Progress) -> float:
-    """msg/s of the sequencers alone, merging inputs that every node already holds."""
+    """msg/s of the sequencers alone, merging inputs that every node already holds (the
+    roles as daemons of their own: the push servers fill the inputs, then the sequencers
+    start)."""
+    opts = replace(opts, layout="daemons", clients="daemons")
     with Bench(opts, work, progress) as b:
         ends = _input_on_every_node(b, opts.messages)
         os.sync()  # the input on disk: the clock measures merging only

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rt_appliance import trace
@@ -64,6 +64,8 @@ class TraceRun:
 def measure_trace(opts: ClusterBenchOptions, work: Path, progress: Progress) -> TraceRun:
     """One traced run at ``opts.latency_rate`` msg/s in total."""
     trace_dir = work / "trace"
+    # the trace's steps are the marks of the daemons of each role
+    opts = replace(opts, clients="daemons", layout="daemons")
     os.environ[trace.ENV] = str(trace_dir)
     try:
         return _traced_run(opts, work, progress, trace_dir)

@@ -101,9 +101,18 @@ def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
     return rows
 
 
+def _node_samples(config: StreamConfig, host: str) -> Samples | None:
+    """A node's metrics: ``rt node`` serves all of them on ``ports.sequencer_metrics``
+    (a node run as separate daemons has its pull server's on ``pull_server_metrics``)."""
+    found = scrape(host, config.ports.sequencer_metrics)
+    if found is None or not any(name.startswith("rt_pull_server") for name in found):
+        found = scrape(host, config.ports.pull_server_metrics) or found
+    return found
+
+
 def _pull_rows(config: StreamConfig) -> list[ConnectionStatus]:
     """One row per subscriber: the node it pulls from (a client holds one connection)."""
-    servers = {n.name: scrape(n.host, config.ports.pull_server_metrics) for n in config.nodes}
+    servers = {n.name: _node_samples(config, n.host) for n in config.nodes}
     rows = []
     for sub in config.subscribers:
         samples = scrape(sub.host, config.ports.pull_client_metrics)

@@ -30,7 +30,7 @@ if [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     if [ "$upgrade" = 1 ]; then
         # Units rt apply installed and that are running now use the new version.
-        for unit in rt-push-server rt-sequencer rt-pull-server rt-push-client rt-pull-client; do
+        for unit in rt-sequencer rt-push-client rt-pull-client; do
             systemctl try-restart "$unit.service" || true
         done
     fi

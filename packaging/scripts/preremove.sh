@@ -5,6 +5,7 @@ set -e
 case "$1" in
     remove | 0)
         if [ -d /run/systemd/system ]; then
+            # rt-push-server and rt-pull-server: a node's units before rt node
             systemctl stop rt-pull-client.service rt-push-client.service \
                 rt-pull-server.service rt-sequencer.service rt-push-server.service || true
         fi

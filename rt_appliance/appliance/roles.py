@@ -3,7 +3,8 @@
 =============  ==============================================================
 role           units
 =============  ==============================================================
-node           rt-push-server, rt-sequencer, rt-pull-server (start in this order)
+node           rt-sequencer, which runs ``rt node``: push server, sequencer and
+               pull server in one process
                rt-spark-pipeline too when ``spark.enabled`` (after rt-sequencer)
                rt-spark-worker too when ``spark.enabled`` and ``spark.worker.enabled``
 publisher      rt-push-client
@@ -37,15 +38,16 @@ class Role:
     host_option: str  # how the subcommand is told which host it is: --node or --host
     after: tuple[str, ...] = ()  # units of the same host it starts after, when both run
     template: str = ROLE_TEMPLATE  # its file under templates/
+    name: str = ""  # the unit's name, rt-<name>.service (default: the command's)
 
     @property
     def unit(self) -> str:
-        return f"rt-{self.command}.service"
+        return f"rt-{self.name or self.command}.service"
 
     @property
     def key(self) -> str:
         """Its key under ``appliance.units`` in rt.yaml."""
-        return self.command.replace("-", "_")
+        return (self.name or self.command).replace("-", "_")
 
     def settings(self, config: StreamConfig) -> RoleUnitConfig:
         settings: RoleUnitConfig = getattr(config.appliance.units, self.key)
@@ -54,9 +56,8 @@ class Role:
 
 ROLES: dict[HostRole, tuple[Role, ...]] = {
     HostRole.NODE: (
-        Role("push-server", "push server", "--node"),
-        Role("sequencer", "sequencer", "--node", after=("rt-push-server.service",)),
-        Role("pull-server", "pull server", "--node", after=("rt-sequencer.service",)),
+        # the name operators know; the process is the whole node
+        Role("node", "node (push server, sequencer, pull server)", "--node", name="sequencer"),
     ),
     HostRole.PUBLISHER: (Role("push-client", "push client", "--host"),),
     HostRole.SUBSCRIBER: (Role("pull-client", "pull client", "--host"),),

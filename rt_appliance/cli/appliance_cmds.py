@@ -126,10 +126,11 @@ def apply(
 ) -> None:
     """Install this host's systemd units and /etc/rt/rt.yaml from a stream configuration.
 
-    The host's role decides its units: a node gets rt-push-server,
-    rt-sequencer and rt-pull-server; a publisher host rt-push-client; a
-    subscriber host rt-pull-client. Refuses (exit 2, nothing written) when the
-    host is not in the configuration, or its certificate or key is missing,
+    The host's role decides its units: a node gets rt-sequencer, which runs
+    `rt node` (push server, sequencer and pull server in one process); a
+    publisher host rt-push-client; a subscriber host rt-pull-client. Units of a
+    former layout or role that rt apply wrote are removed. Refuses (exit 2,
+    nothing written) when the host is not in the configuration, or its certificate or key is missing,
     unreadable by the service user, for another host, or not signed by the
     stream's CA. Running it again changes nothing. Without --root it runs
     `systemctl daemon-reload` and names the units to restart; it never

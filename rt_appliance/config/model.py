@@ -276,13 +276,26 @@ def _role(memory_max: int, cpu_weight: int = 100) -> RoleUnitConfig:
 
 
 class UnitsConfig(_Model):
-    """Per-role unit settings; every role has its own defaults."""
+    """Per-unit settings; every unit has its own defaults. ``sequencer`` is a node's
+    unit, rt-sequencer.service, which runs ``rt node`` (push server, sequencer and pull
+    server in one process)."""
 
-    push_server: RoleUnitConfig = _role(1 << 30, cpu_weight=200)
     sequencer: RoleUnitConfig = _role(2 << 30, cpu_weight=300)
-    pull_server: RoleUnitConfig = _role(1 << 30)
     push_client: RoleUnitConfig = _role(512 << 20)
     pull_client: RoleUnitConfig = _role(512 << 20)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_unit_per_node(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for gone in ("push_server", "pull_server"):
+                if gone in data:
+                    raise ValueError(
+                        f"{gone}: a node runs one unit now, rt-sequencer.service (rt node: "
+                        "push server, sequencer and pull server in one process); move its "
+                        "settings to appliance.units.sequencer"
+                    )
+        return data
 
 
 class ApplianceConfig(_Model):
@@ -375,40 +388,39 @@ class StreamConfig(_Model):
         again: an accepted payload could not travel."""
         units = self.appliance.units
         frame = self.replication.max_frame_bytes
+        # a node's connections: one per publisher host (push), one per subscriber host and
+        # per other node (pull)
+        node_connections = (
+            max(1, len(self.publishers)) + len(self.subscribers) + len(self.nodes) - 1
+        )
         need = {
-            "push_client": (len(self.nodes), frame, "replication.max_frame_bytes"),
-            "push_server": (max(1, len(self.publishers)), frame, "replication.max_frame_bytes"),
-            "pull_server": (
-                len(self.subscribers) + len(self.nodes) - 1 or 1,
-                frame,
-                "replication.max_frame_bytes",
-            ),
-            "pull_client": (1, frame, "replication.max_frame_bytes"),
-            "sequencer": (1, MAX_PAYLOAD_BYTES, "the largest payload (64MiB)"),
+            "push_client": (len(self.nodes), 0),
+            "pull_client": (1, 0),
+            "sequencer": (node_connections, RECORD_COPIES),
         }
-        for role, (connections, unit, what) in need.items():
+        for role, (connections, copies) in need.items():
             settings: RoleUnitConfig = getattr(units, role)
-            per = FRAMES_PER_CONNECTION if role != "sequencer" else RECORD_COPIES
-            least = DAEMON_BASE_BYTES + per * unit * connections
+            frames = FRAMES_PER_CONNECTION * frame * connections
+            least = DAEMON_BASE_BYTES + copies * MAX_PAYLOAD_BYTES + frames
             if settings.memory_max is None or settings.memory_max >= least:
                 continue
             key = f"appliance.units.{role}.memory_max"
             holds = (
-                f"{per} copies of a record of {what}"
-                if role == "sequencer"
-                else f"up to {per} frames of {format_size(frame)} per connection "
-                f"({connections} connection(s))"
+                f"up to {FRAMES_PER_CONNECTION} frames of replication.max_frame_bytes "
+                f"({format_size(frame)}) per connection ({connections} connection(s))"
             )
+            if copies:
+                holds = f"{copies} copies of a record of the largest payload (64MiB) and {holds}"
             why = (
-                f"the daemon needs {format_size(DAEMON_BASE_BYTES)} plus {holds}, "
+                f"the process needs {format_size(DAEMON_BASE_BYTES)} plus {holds}, "
                 f"{format_size(least)} in all"
             )
             explicit = role in units.model_fields_set and "memory_max" in settings.model_fields_set
-            if explicit or role == "sequencer":
+            if explicit:
                 raise FieldProblem(
                     ("appliance", "units", role, "memory_max"),
-                    f"{format_size(settings.memory_max)} is too small for {what}: {why}; "
-                    f"raise it" + ("" if role == "sequencer" else f" or lower {what}"),
+                    f"{format_size(settings.memory_max)} is too small: {why}; raise it"
+                    + ("" if copies else " or lower replication.max_frame_bytes"),
                 )
             raise FieldProblem(  # the default memory_max is fine: the frame is not
                 ("replication", "max_frame_bytes"),

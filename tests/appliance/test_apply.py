@@ -60,8 +60,6 @@ def test_apply_writes_units_and_config_then_changes_nothing(
     assert code == 0
     units = root / "etc/systemd/system"
     assert sorted(p.name for p in units.iterdir()) == [
-        "rt-pull-server.service",
-        "rt-push-server.service",
         "rt-sequencer.service",
         "rt-spark-pipeline.service",
     ]
@@ -84,9 +82,7 @@ def test_apply_updates_what_changed_and_removes_units_of_a_former_role(
     config, root = host_root
     assert apply(capsys, config, root)[0] == 0
     config.write_text(
-        EXAMPLE_TEXT.replace(
-            "watchdog_s: 10\n      memory_max: 2GiB", "watchdog_s: 20\n      memory_max: 2GiB"
-        )
+        EXAMPLE_TEXT.replace("watchdog_s: 10             # no", "watchdog_s: 20             # no")
     )
     code, out, _ = apply(capsys, config, root)
     assert code == 0
@@ -114,9 +110,9 @@ def test_dry_run_prints_a_diff_and_writes_nothing(
     before = tree_files(root)
     code, out, err = apply(capsys, config, root, "--dry-run")
     assert code == 0 and tree_files(root) == before
-    assert "+++ b/etc/systemd/system/rt-push-server.service" in out
-    assert "+ExecStart=/opt/rt-appliance/bin/rt --log-level info push-server" in out
-    assert "5 file(s) would change" in err
+    assert "+++ b/etc/systemd/system/rt-sequencer.service" in out
+    assert "+ExecStart=/opt/rt-appliance/bin/rt --log-level info node" in out
+    assert "3 file(s) would change" in err
 
     assert apply(capsys, config, root)[0] == 0
     config.write_text(EXAMPLE_TEXT.replace("cpu_weight: 300", "cpu_weight: 500"))
@@ -255,3 +251,25 @@ def test_a_host_certificate_issued_later_by_the_same_ca_is_accepted(
         ["certs", "issue", "--config", str(config), "--host", "rt-1", "--ca-dir", str(tls)], capsys
     )
     assert code == 1 and "refusing to overwrite" in err
+
+
+def test_apply_replaces_the_three_units_of_a_node_with_one(
+    host_root: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, root = host_root
+    units = root / "etc/systemd/system"
+    units.mkdir(parents=True, exist_ok=True)
+    for old in ("push-server", "pull-server"):  # what rt apply wrote for a node before rt node
+        (units / f"rt-{old}.service").write_text(
+            "# Written by `rt apply` for node rt-1 of stream trades, from /etc/rt/rt.yaml.\n"
+            f"[Service]\nExecStart=/opt/rt-appliance/bin/rt {old} --node rt-1\n"
+        )
+    code, out, _ = apply(capsys, config, root)
+    assert code == 0
+    assert "removed /etc/systemd/system/rt-push-server.service" in out
+    assert "removed /etc/systemd/system/rt-pull-server.service" in out
+    assert sorted(p.name for p in units.iterdir()) == [
+        "rt-sequencer.service",
+        "rt-spark-pipeline.service",
+    ]
+    assert " node --config" in (units / "rt-sequencer.service").read_text()

@@ -27,7 +27,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
-NODE_UNITS = ["rt-push-server.service", "rt-sequencer.service", "rt-pull-server.service"]
+NODE_UNITS = ["rt-sequencer.service"]  # rt node: push server, sequencer, pull server
 
 
 def package(release: int, kind: str = "deb") -> Path:
@@ -61,7 +61,7 @@ STREAM = {
     "publishers": [{"name": "pub-1", "host": "127.0.0.2", "topics": ["trades"]}],
     "subscribers": [{"name": "sub-1", "host": "127.0.0.3"}],
     # a short watchdog, so the test sees systemd restart a frozen daemon soon
-    "appliance": {"units": {"push_server": {"watchdog_s": 3}}},
+    "appliance": {"units": {"sequencer": {"watchdog_s": 3}}},
 }
 
 
@@ -140,20 +140,30 @@ def test_package_install_apply_start_watchdog_upgrade_remove_purge(node: Contain
     status = node.run("rt", "status", "--as", "rt-1", "--json")
     assert '"role": "leader"' in status.stdout
 
+    cmdline = node.run("cat", f"/proc/{main}/cmdline").stdout
+    assert "\0node\0--config" in cmdline, cmdline  # rt node: the whole node
+    for port in ("5001", "5002"):  # its pull and push servers listen in that process
+        listening = node.run("ss", "-Hltnp", f"sport = :{port}").stdout
+        assert f"pid={main}," in listening, listening
+
     # 5. A frozen daemon stops its pings: systemd's watchdog restarts it.
-    before = node.unit_property("rt-push-server.service", "MainPID")
-    node.run("systemctl", "kill", "--signal=SIGSTOP", "rt-push-server.service")
+    before = node.unit_property("rt-sequencer.service", "MainPID")
+    node.run("systemctl", "kill", "--signal=SIGSTOP", "rt-sequencer.service")
     wait_for(
         lambda: (
-            node.unit_property("rt-push-server.service", "NRestarts") == "1"
-            and node.unit_property("rt-push-server.service", "ActiveState") == "active"
+            node.unit_property("rt-sequencer.service", "NRestarts") == "1"
+            and node.unit_property("rt-sequencer.service", "ActiveState") == "active"
         ),
-        "systemd restarts the frozen push server",
+        "systemd restarts the frozen node",
         timeout_s=60,
     )
-    assert node.unit_property("rt-push-server.service", "MainPID") != before
-    journal = node.run("journalctl", "-u", "rt-push-server", "--no-pager").stdout
+    assert node.unit_property("rt-sequencer.service", "MainPID") != before
+    journal = node.run("journalctl", "-u", "rt-sequencer", "--no-pager").stdout
     assert "Watchdog timeout" in journal
+    wait_for(
+        lambda: node.unit_property("rt-sequencer.service", "StatusText").startswith("leader"),
+        "the restarted node leads again",
+    )
 
     # 6. Upgrade: data and configuration stay, running units restart.
     merged_before = node.run("ls", "/var/lib/rt/merged").stdout

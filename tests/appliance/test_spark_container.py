@@ -100,7 +100,7 @@ def test_pipeline_unit_turns_published_messages_into_parquet(node: Container) ->
     assert f"created /etc/systemd/system/{PIPELINE}" in applied.stdout
     node.run("systemd-analyze", "verify", "--man=no", f"/etc/systemd/system/{PIPELINE}")
 
-    node.run("systemctl", "start", "rt-push-server", "rt-sequencer", timeout_s=200)
+    node.run("systemctl", "start", "rt-sequencer", timeout_s=200)
     # Type=notify: start returns once the streaming query runs (a JVM, under the sandbox).
     started = node.run("systemctl", "start", PIPELINE, check=False, timeout_s=240)
     assert started.returncode == 0, journal(node, PIPELINE)

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_TEXT = (ROOT / "etc" / "rt.yaml").read_text()
 PIPELINE = "rt-spark-pipeline.service"
 WORKER = "rt-spark-worker.service"
-NODE_UNITS = ["rt-push-server.service", "rt-sequencer.service", "rt-pull-server.service"]
+NODE_UNITS = ["rt-sequencer.service"]
 
 # The example's spark section, switched in place.
 SPARK_OFF = EXAMPLE_TEXT.replace(

@@ -45,9 +45,7 @@ def test_golden_units_match_what_apply_renders() -> None:
 def test_each_role_gets_its_units_and_settings() -> None:
     config = load_config(EXAMPLE)
     assert list(unit_files(config, "rt-1")) == [
-        "rt-push-server.service",
-        "rt-sequencer.service",
-        "rt-pull-server.service",
+        "rt-sequencer.service",  # the node as one process: rt node
         "rt-spark-pipeline.service",  # the example enables spark, not its worker
     ]
     assert list(unit_files(config, "pub-2")) == ["rt-push-client.service"]
@@ -66,9 +64,9 @@ def test_each_role_gets_its_units_and_settings() -> None:
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
-        "ExecStart=/opt/rt-appliance/bin/rt --log-level info sequencer "
+        "ExecStart=/opt/rt-appliance/bin/rt --log-level info node "
         "--config /etc/rt/rt.yaml --node rt-2",
-        "After=network-online.target rt-push-server.service",
+        "After=network-online.target",
     ):
         assert line in sequencer.splitlines(), line
 

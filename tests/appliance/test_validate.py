@@ -75,13 +75,13 @@ CASES = [
         BASE + "appliance:\n  units:\n    pull_client:\n      memory_max: 64MiB\n",
         11,
         "appliance.units.pull_client.memory_max",
-        "too small for replication.max_frame_bytes",
+        "too small: the process needs 128.0 MiB plus up to 8 frames of replication.max_frame_bytes",
     ),
     (
         BASE + "appliance:\n  units:\n    sequencer:\n      memory_max: 200MiB\n",
         11,
         "appliance.units.sequencer.memory_max",
-        "the largest payload (64MiB)",
+        "copies of a record of the largest payload (64MiB)",
     ),
     (
         BASE + "replication:\n  reconnect_initial_ms: 10\n  reconnect_max_ms: 5\n",
@@ -124,12 +124,18 @@ CASES = [
         "not a size",
     ),
     (
-        BASE + "appliance:\n  units:\n    pull_server:\n      cpu_weight: 0\n",
+        BASE + "appliance:\n  units:\n    sequencer:\n      cpu_weight: 0\n",
         11,
-        "appliance.units.pull_server.cpu_weight",
+        "appliance.units.sequencer.cpu_weight",
         "greater than or equal to 1",
     ),
     (BASE + "appliance:\n  units:\n    spark: {}\n", 10, "appliance.units.spark", "Extra inputs"),
+    (
+        BASE + "appliance:\n  units:\n    push_server:\n      cpu_weight: 200\n",
+        9,
+        "appliance.units",
+        "push_server: a node runs one unit now, rt-sequencer.service",
+    ),
     (BASE + "spark:\n  master: yarn\n", 9, "spark.master", "local[*] or spark://host:port"),
     (BASE + "spark:\n  transform: vwap\n", 9, "spark.transform", "module:function"),
     (

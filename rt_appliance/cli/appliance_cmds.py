@@ -130,9 +130,9 @@ def apply(
     `rt node` (push server, sequencer and pull server in one process); a
     publisher host rt-push-client; a subscriber host rt-pull-client. Units of a
     former layout or role that rt apply wrote are removed. Refuses (exit 2,
-    nothing written) when the host is not in the configuration, or its certificate or key is missing,
-    unreadable by the service user, for another host, or not signed by the
-    stream's CA. Running it again changes nothing. Without --root it runs
+    nothing written) when the host is not in the configuration, or its
+    certificate or key is missing, unreadable by the service user, for another
+    host, or not signed by the stream's CA. Running it again changes nothing. Without --root it runs
     `systemctl daemon-reload` and names the units to restart; it never
     restarts anything itself.
     """

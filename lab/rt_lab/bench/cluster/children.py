@@ -59,6 +59,7 @@ def publish_child(args: dict[str, Any]) -> dict[str, Any]:
     ) as pub:
         say("READY")
         sys.stdin.readline()  # GO: every publisher is ready
+        cpu0 = time.process_time()
         first = time.time_ns()
         if rate == 0:
             published = _full_speed(pub, count, stop)
@@ -68,7 +69,9 @@ def publish_child(args: dict[str, Any]) -> dict[str, Any]:
             published = _paced_batches(pub, count, rate, float(args["tick_s"]), stop)
         last = time.time_ns()
         pub.flush()
-    return {"first_ns": first, "last_ns": last, "published": published}
+    # every thread's CPU, the in-process push client's too, until it is closed
+    cpu_s = time.process_time() - cpu0
+    return {"first_ns": first, "last_ns": last, "published": published, "cpu_s": cpu_s}
 
 
 def _full_speed(pub: Publisher, count: int, stop: threading.Event) -> int:
@@ -132,6 +135,7 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
     if args["nice"]:
         os.nice(args["nice"])
     expected, skip = int(args["expected"]), int(args["skip"])
+    cpu0 = time.process_time()
     latencies: list[int] = []
     seen = 0
     done_ns = first_ns = 0
@@ -163,6 +167,7 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
         before = seen
         seen += n
         if before < skip <= seen:
+            cpu0 = time.process_time()
             say("READY")
         if take:
             first_ns = first_ns or now
@@ -171,8 +176,14 @@ def subscribe_child(args: dict[str, Any]) -> dict[str, Any]:
         if seen >= expected:
             done_ns = now
             break
+    cpu_s = time.process_time() - cpu0  # since the warm-up, every thread's
     subscriber.close()
-    out: dict[str, Any] = {"count": seen, "first_ns": first_ns, "done_ns": done_ns}
+    out: dict[str, Any] = {
+        "count": seen,
+        "first_ns": first_ns,
+        "done_ns": done_ns,
+        "cpu_s": cpu_s,
+    }
     if args["latency"]:
         out["latency_ms"] = latency_summary_ms(latencies)
         if args.get("samples"):

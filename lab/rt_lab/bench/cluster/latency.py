@@ -6,6 +6,7 @@ once (``stages``)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from rt_lab.bench.cluster.harness import (
@@ -15,6 +16,7 @@ from rt_lab.bench.cluster.harness import (
     Bench,
     ClusterBenchOptions,
     Progress,
+    cpu_seconds,
     latency_traffic,
     started,
 )
@@ -30,7 +32,10 @@ STAGES = (  # (name, where a follower of that stage reads)
 
 
 def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -> dict[str, float]:
-    """Publish-to-subscriber latency (ms) at ``opts.latency_rate`` msg/s in total."""
+    """Publish-to-subscriber latency (ms) at ``opts.latency_rate`` msg/s in total, and
+    the CPU of the run as shares of one core: ``cpu_nodes`` (every process of the
+    nodes), ``cpu_clients`` (the push and pull client daemons; 0 with the clients in
+    process), ``cpu_apps`` (the publishing and subscribing applications)."""
     rate, count = latency_traffic(opts)
     with Bench(opts, work, progress) as b:
         skip = started(b)
@@ -40,12 +45,23 @@ def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -
             latency=True,
             samples=opts.latency_samples,
         )
+        daemons = b.stream.pids()
+        nodes = {k: pid for k, pid in daemons.items() if not k.startswith(("push-c", "pull-c"))}
+        clients = {k: pid for k, pid in daemons.items() if k not in nodes}
+        before = {pid: cpu_seconds(pid) for pid in daemons.values()}
+        started_at = time.monotonic()
         pubs = b.publishers(count, rate=rate, tick_s=LATENCY_TICK_S)
         b.wait_subscriber(sub, "latency", skip + count * len(PUBLISHERS))
+        elapsed = time.monotonic() - started_at
+        spent = {pid: cpu_seconds(pid) - t for pid, t in before.items()}
         got = sub.finish()
-        for p in pubs:
-            p.finish()
-    return {k: float(v) for k, v in got["latency_ms"].items()}
+        apps = float(got["cpu_s"]) + sum(float(p.finish()["cpu_s"]) for p in pubs)
+    out = {k: float(v) for k, v in got["latency_ms"].items()}
+    out["cpu_nodes"] = sum(spent[pid] for pid in nodes.values()) / elapsed
+    out["cpu_clients"] = sum(spent[pid] for pid in clients.values()) / elapsed
+    out["cpu_apps"] = apps / elapsed
+    return out
+
 
 
 def measure_stages(

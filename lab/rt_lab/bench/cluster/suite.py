@@ -67,6 +67,10 @@ class Suite:
         self.p50 = Result(f"publish-to-subscriber latency p50 at {rate}", "ms", "<= 1")
         self.p99 = Result(f"publish-to-subscriber latency p99 at {rate}", "ms", "<= 5")
         self.worst = Result(f"publish-to-subscriber latency max at {rate}", "ms", "-")
+        cores = "% of a core"
+        self.cpu_nodes = Result(f"CPU of the 3 nodes' processes at {rate}", cores, "-")
+        self.cpu_clients = Result(f"CPU of the push and pull client daemons at {rate}", cores, "-")
+        self.cpu_apps = Result(f"CPU of the 3 applications at {rate}", cores, "-")
         self.stages = {
             key: (
                 Result(f"stage latency p50 at {rate}: publish -> {name}", "ms", "-"),
@@ -101,8 +105,13 @@ class Suite:
         self.p50.values.append(got["p50"])
         self.p99.values.append(got["p99"])
         self.worst.values.append(got["max"])
+        self.cpu_nodes.values.append(100 * got["cpu_nodes"])
+        self.cpu_clients.values.append(100 * got["cpu_clients"])
+        self.cpu_apps.values.append(100 * got["cpu_apps"])
         self.progress(
-            f"  p50 {got['p50']:.2f} ms, p99 {got['p99']:.2f} ms, max {got['max']:.1f} ms"
+            f"  p50 {got['p50']:.2f} ms, p99 {got['p99']:.2f} ms, max {got['max']:.1f} ms; "
+            f"CPU: nodes {100 * got['cpu_nodes']:.0f}%, client daemons "
+            f"{100 * got['cpu_clients']:.0f}%, applications {100 * got['cpu_apps']:.0f}% of a core"
         )
 
     def stage_latency(self, work: Path, run: int) -> None:
@@ -198,6 +207,8 @@ class Suite:
         self.restart.note = "restart -> merged what the leader had committed"
         for r in (self.p50, self.p99, self.worst):
             r.note = f"{o.latency_seconds:g} s per run, what is due published every 1 ms"
+        for r in (self.cpu_nodes, self.cpu_clients, self.cpu_apps):
+            r.note = f"during the latency run; nodes as {o.layout}, clients {o.clients}"
         for r in self.stage_results():
             r.note = "a follower process on each stage at once, published every 1 ms"
 
@@ -215,6 +226,9 @@ class Suite:
             (self.p50, "latency"),
             (self.p99, "latency"),
             (self.worst, "latency"),
+            (self.cpu_nodes, "latency"),
+            (self.cpu_clients, "latency"),
+            (self.cpu_apps, "latency"),
             *((r, "stages") for r in self.stage_results()),
             *((r, "trace") for r in self.traces.results()),
         ]

@@ -9,17 +9,17 @@ server, whose streaming connections send it at once. No inotify on the path.
 Who owns what (one owner each):
 
 =====================  ===================================================
-the event loop          the push server (connections, replicas, syncs in a
-                        worker thread), the pull server (connections, reads
-                        of small chunks), the sequencer's control channel,
-                        reporter, planner, archiver, observer, and raft's
-                        network side
-raft's thread           pysyncobj's state (``sequencer/raft``); the loop
-                        talks to it through its queues
-the merger thread       the merged log's writes (``sequencer/merger``)
-worker threads          blocking file work handed off by the loop (syncs,
-                        large reads, the planner's step): they own nothing
-                        between calls
+the event loop          the push server (connections, replicas), the pull
+                        server (connections, small tail reads), raft
+                        (pysyncobj, ticked by the sequencer on this loop,
+                        its TLS connections, ``apply``), the sequencer's
+                        control channel, reporter, planner loop, archiver
+                        and observer
+the merger thread       the merged log's writes and syncs
+worker threads          what the loop hands off and awaits: the push
+                        server's syncs, raft's journal syncs, the planner's
+                        step, large reads; they own nothing between calls
+the fetcher's loop      FETCH connections to peers, for the merger's repairs
 the metrics thread      the HTTP endpoint, reading the registries
 =====================  ===================================================
 

@@ -170,7 +170,7 @@ def cluster_bench(
                 speed; first publish -> the subscriber has read them all
     merge       the sequencers alone: input already on every node, a leader
                 elected -> every node's merged log holds it all
-    failover    SIGKILL the leader's sequencer --kills times under --failover-rate;
+    failover    SIGKILL the leader's node --kills times under --failover-rate;
                 kill -> another leader has committed and merged past the kill
     latency     --latency-rate in total, what is due published every 1 ms;
                 record timestamp -> the subscriber reads it (p50, p99, max)

@@ -45,7 +45,7 @@ from rt_lab.demo.single_host import run_single_host
 )
 @flag(
     "--kill-leader",
-    "SIGKILL the leader's sequencer halfway, time the failover (until another node "
+    "SIGKILL the leader's node process halfway, time the failover (until another node "
     "leads and the merged log advances again), then restart it to catch up. Needs 3+ nodes.",
 )
 @flag(

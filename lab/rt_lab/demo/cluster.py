@@ -192,7 +192,7 @@ def _merged_seq(status: Mapping[str, Answer], skip: str | None = None) -> int:
 
 
 def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = "") -> Failover:
-    """SIGKILL the leader's sequencer, time the failover, restart the killed sequencer."""
+    """SIGKILL the leader's node process, time the failover, restart the killed node."""
     result = Failover()
     before = stream.node_status()
     leader = leader_of(before)
@@ -201,7 +201,7 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = ""
         return result
     result.killed = result.leader_before = leader
     seq_before = _merged_seq(before)
-    say(f"   {when}killing the leader: SIGKILL to {leader}'s sequencer (merged seq {seq_before})")
+    say(f"   {when}killing the leader: SIGKILL to {leader}'s process (merged seq {seq_before})")
     killed_at = time.monotonic()
     stream.kill_node(leader, signal.SIGKILL, roles="sequencer")
 
@@ -230,7 +230,7 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = ""
     except TimeoutError:
         say(f"   no failover within {timeout_s:g}s")
     stream.start_node(leader, roles="sequencer")
-    say(f"   restarted {leader}'s sequencer; it catches up by itself")
+    say(f"   restarted {leader}; it catches up by itself")
     return result
 
 
@@ -366,6 +366,8 @@ def _run(
     pids = stream.pids()
     for node in stream.node_names:
         roles = ", ".join(f"{r} {pids.get(f'{r}-{node}')}" for r in stream.node_daemons(node))
+        if stream.layout == "node":  # one process: push server, sequencer, pull server
+            roles = f"rt node {pids.get(f'sequencer-{node}')}"
         say(f"   {node}: {roles}")
     for host in PUBLISHERS:
         say(f"   {host}: push-client {pids.get(f'push-client-{host}')}")

@@ -43,10 +43,8 @@ def scrape(host: str, port: int) -> str:
 def endpoints(stream: LocalStream) -> dict[str, tuple[str, int]]:
     config, ports = stream.config, stream.config.ports
     node = config.node("rt-1").host
-    return {
-        "sequencer": (node, ports.sequencer_metrics),
-        "push-server": (node, ports.push_server_metrics),
-        "pull-server": (node, ports.pull_server_metrics),
+    return {  # rt node: the sequencer's, push server's and pull server's on one endpoint
+        "node": (node, ports.sequencer_metrics),
         "push-client": (config.publisher("pub-1").host, ports.push_client_metrics),
         "pull-client": (config.subscriber("sub-1").host, ports.pull_client_metrics),
     }
@@ -71,10 +69,13 @@ def test_every_endpoint_passes_promtool(stream: LocalStream) -> None:
             f"{role}: {check.stdout}{check.stderr}"
         )
 
-    sequencer = scrape(*endpoints(stream)["sequencer"])
-    assert "rt_sequencer_rejected_total 0.0" in sequencer
-    assert "rt_sequencer_pruned_files_total" in sequencer
-    assert "rt_sequencer_is_leader 1.0" in sequencer
+    node = scrape(*endpoints(stream)["node"])
+    assert "rt_sequencer_rejected_total 0.0" in node
+    assert "rt_sequencer_pruned_files_total" in node
+    assert "rt_sequencer_is_leader 1.0" in node
+    received = [ln for ln in node.splitlines() if ln.startswith("rt_push_server_chunks_total{")]
+    assert received and sum(float(ln.split()[-1]) for ln in received) >= 1, node
+    assert "rt_pull_server_connections 1.0" in node  # sub-1's pull client
     pushed = scrape(*endpoints(stream)["push-client"])
     sent = [ln for ln in pushed.splitlines() if ln.startswith("rt_push_client_records_total{")]
     assert sent and sum(float(ln.split()[-1]) for ln in sent) >= 50, pushed

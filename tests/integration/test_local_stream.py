@@ -18,7 +18,7 @@ PUBLISHERS = {"pub-1": ["trades"], "pub-2": ["quotes", "orders"]}
 
 
 def test_push_replication_with_node_faults_and_a_clean_stop(tmp_path: Path) -> None:
-    with LocalStream(tmp_path, 3, PUBLISHERS, ["sub-1", "sub-2"]) as stream:
+    with LocalStream(tmp_path, 3, PUBLISHERS, ["sub-1", "sub-2"], layout="daemons") as stream:
         cfg = stream.config
         assert stream.node_names == ["rt-1", "rt-2", "rt-3"]
         assert [n.host for n in cfg.nodes] == ["127.0.0.1", "127.0.0.2", "127.0.0.3"]

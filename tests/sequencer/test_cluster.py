@@ -139,11 +139,14 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
 
 
 def test_subscriber_leaves_a_node_whose_sequencer_died(local_stream) -> None:  # type: ignore[no-untyped-def]
+    """A pull server whose sequencer is silent sends its subscribers elsewhere. In rt node
+    the two die together; alone (the roles as daemons) the pull server outlives it, as it
+    also serves on in rt node when the node's sequencer has lost its quorum."""
     import re
 
     from rt_lab.testing.checkers import assert_clean, check_merged
 
-    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL).start()
+    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL, layout="daemons").start()
     stream.wait_leader()
     feeds = [Feed(stream, "pub-1", "trades"), Feed(stream, "pub-2", "quotes")]
     for f in feeds:

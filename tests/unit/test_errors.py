@@ -15,7 +15,7 @@ def test_every_error_is_an_rt_error_and_retryability_is_declared() -> None:
     classes = [getattr(errors, name) for name in errors.__all__]
     assert all(issubclass(c, errors.RTError) for c in classes)
     retryable = {c.__name__ for c in classes if c.retryable}
-    assert retryable == {"LogLockedError", "LogFullError", "TransportError"}
+    assert retryable == {"LogLockedError", "LogFullError", "SenderLockedError", "TransportError"}
     assert issubclass(errors.FrameError, errors.TransportError) and not errors.FrameError.retryable
     assert issubclass(errors.PositionPrunedError, errors.PositionError)
     assert issubclass(errors.InvalidPositionError, errors.PositionError)

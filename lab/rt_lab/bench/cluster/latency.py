@@ -73,8 +73,14 @@ def measure_stages(
     with Bench(opts, work, progress) as b:
         skip = started(b)
         places = _stage_places(b, skip, count)
-        subs = {
-            key: b.subscriber(first + n, first, latency=True, directory=d, label=f"subscribe-{key}")
+        subs = {  # the subscriber's own copy: kept by that application (or rt pull-client)
+            key: b.subscriber(
+                first + n,
+                first,
+                latency=True,
+                directory=None if key == "subscriber" else d,
+                label=f"subscribe-{key}",
+            )
             for key, (d, first, n) in places.items()
         }
         pubs = b.publishers(count, rate=rate, tick_s=LATENCY_TICK_S)

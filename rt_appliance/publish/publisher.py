@@ -353,7 +353,7 @@ class Publisher:
 
 
 def _no_notify() -> None:
-    pass
+    """A Publisher that does not replicate has no sender to wake."""
 
 
 def _replicator(

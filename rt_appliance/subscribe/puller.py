@@ -65,13 +65,13 @@ class ArrivalWaiter:
         return changed
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the arrivals belong to the puller."""
 
     def __enter__(self) -> ArrivalWaiter:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        pass
+        self.close()
 
 
 class Puller:

@@ -129,8 +129,12 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     stream.kill_node("rt-3")
     for f in feeds:
         f.publish(2001, 40_000)  # hundreds of raft entries: the others compact their logs
-    wait_until(
-        lambda: (stream.data_dir("rt-1") / "raft" / "raft.snapshot").exists(), 60, "a snapshot"
+    wait_until(  # whichever of them leads has compacted past what rt-3 holds
+        lambda: all(
+            (stream.data_dir(n) / "raft" / "raft.snapshot").exists() for n in ("rt-1", "rt-2")
+        ),
+        60,
+        "a snapshot on rt-1 and rt-2",
     )
     stream.start_node("rt-3")
     check_stream(stream, feeds, timeout_s=120)

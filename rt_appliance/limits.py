@@ -130,6 +130,11 @@ PUBLISHER_CLOSE_LINGER_S = 5.0
 # page cache: the next read is done on the event loop (no thread hand-off per message);
 # after a larger one (catching up, maybe from disk) reads go to a worker thread.
 INLINE_READ_BYTES = 64 << 10
+# The leader's planner likewise: a step whose proposals cover less input than this (a
+# stream keeping up) runs on the event loop; from this much on (a backlog), in a worker
+# thread. A chunk the application's own pull client receives smaller than
+# INLINE_READ_BYTES is written to its copy on its loop.
+INLINE_PLAN_BYTES = 64 << 10
 # How often an idle pull connection checks that its node's sequencer is alive, and how
 # long a refused client is given to read the ERROR that says why before the close.
 STALE_CHECK_S, REFUSAL_DRAIN_S = 1.0, 1.0

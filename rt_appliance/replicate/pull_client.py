@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -38,7 +39,7 @@ from rt_appliance.errors import (
     RTError,
     TransportError,
 )
-from rt_appliance.limits import AVOID_AFTER_FAILURE_S, HANDSHAKE_TIMEOUT_S
+from rt_appliance.limits import AVOID_AFTER_FAILURE_S, HANDSHAKE_TIMEOUT_S, INLINE_READ_BYTES
 from rt_appliance.log.segments import fsync_dir, list_files
 from rt_appliance.position import Position
 from rt_appliance.replicate.backoff import Backoff
@@ -108,6 +109,8 @@ class PullClient:
         self._avoid: dict[str, float] = {}  # node -> until when (monotonic) it is tried last
         self._pulling_from: str | None = None
         self.on_change: Callable[[], None] | None = None  # after each append or prune
+        self._unsynced = asyncio.Event()  # chunks were written since the last sync began
+        self._sync_failure: LogError | None = None  # a sync failed and cut the copy back
         self.ready = asyncio.Event()  # set once the first connection attempt is made
 
     def status_line(self) -> str:
@@ -122,6 +125,7 @@ class PullClient:
             self.config.replication.reconnect_initial_ms / 1000,
             self.config.replication.reconnect_max_ms / 1000,
         )
+        syncer = asyncio.create_task(self._sync_loop(), name="copy-sync")
         try:
             skips = 0  # in a row: once every node was skipped, pause as after a failure
             while True:
@@ -146,6 +150,11 @@ class PullClient:
                     )  # fmt: skip
                     await asyncio.sleep(delay)
         finally:
+            syncer.cancel()
+            await asyncio.gather(syncer, return_exceptions=True)
+            if self._fsync:
+                with contextlib.suppress(OSError):  # a clean stop leaves the copy synced
+                    self.replica.sync()
             self.replica.close()
             log.info("%s stopped; the copy ends at %s", self.host.name, self.replica.end)
 
@@ -239,12 +248,20 @@ class PullClient:
             data = decode_data(body)
             if data.dir != self.config.stream:
                 raise FrameError(f"{conn.peer} sent DATA for {data.dir!r}")
-            await finish_in_thread(partial(self._append, data.position, data.payload))
+            if self._sync_failure is not None:  # the copy was cut back: pull from its end
+                failure, self._sync_failure = self._sync_failure, None
+                raise failure
+            if len(data.payload) < INLINE_READ_BYTES:  # the stream's tail: no thread hand-off
+                self._append(data.position, data.payload)
+            else:
+                await finish_in_thread(partial(self._append, data.position, data.payload))
             trace.event("copy", self.host.name, int(self.replica.end))
             self.metrics.received_bytes.inc(len(data.payload))
             self._pruned_answers = 0
             if self.on_change is not None:
                 self.on_change()
+            if self._fsync:
+                self._unsynced.set()
             return
         fields = decode_control(frame_type, body)
         if frame_type == FrameType.PRUNE:
@@ -261,17 +278,50 @@ class PullClient:
             raise FrameError(f"{conn.peer} sent frame type {frame_type} while streaming")
 
     def _append(self, position: Position, payload: memoryview) -> None:
-        """Append a chunk; after a failed write, reopen the copy so its end is what is on disk."""
+        """Append a chunk (synced later, by :meth:`_sync_loop`); after a failed write,
+        reopen the copy so its end is what is on disk."""
         try:
-            self.replica.append(position, payload)
+            self.replica.append(position, payload, sync=False)
         except CorruptLogError:
             raise  # refused before anything was written
         except (LogError, OSError) as exc:
-            self.replica.close()
-            self.replica = ReplicaDir(self.directory, fsync=self._fsync)
+            self._reopen()
             if isinstance(exc, OSError):
                 raise LogError(f"{self.directory}: cannot append: {exc.strerror}") from exc
             raise
+
+    def _reopen(self) -> None:
+        self.replica.close()
+        self.replica = ReplicaDir(self.directory, fsync=self._fsync)
+
+    async def _sync_loop(self) -> None:
+        """Sync the copy after its chunks were delivered (group commit): a sync starts as
+        soon as a chunk was written and none is running, and covers every chunk before
+        it. The copy is a cache of the nodes' merged log: what a crash takes from its
+        tail is pulled again, the same bytes at the same positions. A failed sync cuts
+        the copy back to the last good one, and the pull goes on from there."""
+        while True:
+            await self._unsynced.wait()
+            self._unsynced.clear()
+            replica = self.replica
+            try:
+                fd, end = replica.sync_handle()
+            except OSError:
+                continue  # no file open (the copy was just reopened): nothing to sync
+            try:
+                await finish_in_thread(partial(os.fdatasync, fd))
+            except OSError as exc:
+                if replica is self.replica:
+                    log.error("%s: syncing the copy failed: %s", self.directory, exc)
+                    try:
+                        replica.cut_unsynced(exc)
+                    except LogError as cut:
+                        self._sync_failure = cut
+                    self._reopen()
+                continue
+            finally:
+                os.close(fd)
+            replica.mark_synced(end)
 
     def _prune(self, before: Position, node: str) -> None:
         """Delete the copy's files older than ``before`` (never the one being appended to)."""

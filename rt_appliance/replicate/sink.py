@@ -193,6 +193,12 @@ class ReplicaDir:
                 cut = f"; cutting back to {self.synced!r} failed too ({again.strerror})"
         raise LogError(f"{self._path}: sync failed ({exc.strerror}){cut}") from exc
 
+    def sync(self) -> None:
+        """Sync the current file now, in this thread (nothing written: nothing to do)."""
+        if self._fd >= 0 and self.synced != self.end:
+            os.fdatasync(self._fd)
+            self.synced = self.end
+
     def sync_handle(self) -> tuple[int, Position]:
         """A duplicate descriptor of the current file and the end it holds, to sync elsewhere.
 

@@ -154,6 +154,7 @@ class DirectoryChanges:
 
     def __init__(self, directory: Path, watch: bool = True) -> None:
         self.generation = 0
+        self._notified = False  # a notice is on its way to the loop
         self._event = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self._watcher = AsyncDirectoryWatcher(directory) if watch else None
@@ -169,13 +170,17 @@ class DirectoryChanges:
                 self._changed()
 
     def _changed(self) -> None:
+        self._notified = False
         self.generation += 1
         self._event.set()
         self._event = asyncio.Event()
 
     def notify(self) -> None:
-        """The directory changed (any thread)."""
-        self._loop.call_soon_threadsafe(self._changed)
+        """The directory changed (any thread). Notices that come before the loop has
+        taken the last one are one wake: the connections read everything there is."""
+        if not self._notified:
+            self._notified = True
+            self._loop.call_soon_threadsafe(self._changed)
 
     async def wait(self, seen: int, timeout_s: float) -> None:
         """Until the generation moves past ``seen`` (read before reading) or ``timeout_s``."""

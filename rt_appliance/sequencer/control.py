@@ -143,7 +143,10 @@ class Reporter:
         leader: Callable[[], str | None],
         report: Callable[[], dict[str, Any]],
         changed: asyncio.Event,
+        cheap: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``cheap()``: whether ``report()`` may run on the loop now (no file to read);
+        otherwise it runs in a worker thread."""
         self.config, self.name, self.leader, self.report, self.changed = (
             config,
             node_name,
@@ -151,6 +154,7 @@ class Reporter:
             report,
             changed,
         )
+        self.cheap = cheap
         self._context = client_context(config.tls, node_name)
         self.sent = 0
 
@@ -172,7 +176,7 @@ class Reporter:
                     if conn is not None:
                         await conn.close()
                     conn, target = await self._dial(leader), leader
-                fields = await asyncio.to_thread(self.report)
+                fields = self.report() if self.cheap() else await asyncio.to_thread(self.report)
                 await conn.send(FrameType.REPORT, fields)
                 frame_type, body = await self._answer(conn, leader)
                 self.sent += 1

@@ -8,7 +8,8 @@ long, syncs, walks a directory):
   read and changed here only: ``apply``, snapshots, ``RaftNode.status``), the raft,
   control and report links (TLS), the watch of ``in/``, and the small loops that
   observe, archive and measure the loop's lag;
-* **worker threads** (``asyncio.to_thread``): the planner's steps, raft's journal
+* **worker threads** (``asyncio.to_thread``): the planner's large steps (a small one,
+  a stream keeping up, runs on the loop), raft's journal
   syncs, a follower's report (its extents), the file half of a STATUS answer
   (:meth:`Sequencer.status`: input lags, disk, holds) and the observer's gauges;
 * **the merger's thread**: the merged log, written and synced there only. A raft
@@ -47,6 +48,7 @@ from rt_appliance.limits import (
     GAUGES_EVERY_S,
     HEARTBEAT_EVERY_S,
     HOLDS_REPORT_WAIT_INTERVALS,
+    INLINE_PLAN_BYTES,
     INPUT_WATCH_RETRY_S,
     INPUT_WATCH_WAIT_S,
     LAG_PROBE_S,
@@ -207,6 +209,8 @@ class Sequencer:
         self._leader_seen: str | None = "?"
         self._heartbeat_failing = False  # the heartbeat file could not be written last time
         report_s = config.sequencer.report_interval_ms / 1000
+        self._own_holds: dict[str, int] | None = None  # this node's holds, as last read
+        self._holds_due = 0.0  # when to read them again
         self._holds_seen = holds.LeaderHolds(  # leader: every node's holds
             node_name, [n.name for n in config.nodes], HOLDS_REPORT_WAIT_INTERVALS * report_s
         )
@@ -247,7 +251,12 @@ class Sequencer:
         )
         await control.start()
         reporter = Reporter(
-            self.config, self.name, self.leader, self._report_fields, self._inputs_changed
+            self.config,
+            self.name,
+            self.leader,
+            self._report_fields,
+            self._inputs_changed,
+            self._report_cheap,
         )
         tasks = [
             asyncio.create_task(self.raft.run(), name="raft"),
@@ -300,9 +309,23 @@ class Sequencer:
         self._wake.set()
 
     def _report_fields(self) -> dict[str, Any]:
-        """What a follower reports to the leader: its input extents and consumer holds."""
-        own = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
-        return {"extents": self.inputs.extents(), "holds": own}
+        """What a follower reports to the leader: its input extents and consumer holds.
+
+        The holds are read from their files at most once per report interval (a
+        consumer moves its hold when it commits; a report interval later is soon enough
+        for the archiver), so most reports are made from memory."""
+        now = time.monotonic()
+        if self._own_holds is None or now >= self._holds_due:
+            self._own_holds = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
+            self._holds_due = now + self.config.sequencer.report_interval_ms / 1000
+        return {"extents": self.inputs.extents(), "holds": self._own_holds}
+
+    def _report_cheap(self) -> bool:
+        """Whether a report now is made from memory only, and may run on the loop: in the
+        node process (the extents are the push server's) with the holds read recently."""
+        return (
+            not self._watch and self._own_holds is not None and time.monotonic() < self._holds_due
+        )
 
     def _hold_roll(self, first_roll: int) -> int | None:
         """The oldest merged roll a consumer on any node still needs (leader)."""
@@ -343,15 +366,27 @@ class Sequencer:
                 w.close()
 
     async def _plan_loop(self) -> None:
+        """Plan on every wake. A step that reads little (a stream keeping up) runs on the
+        loop, with no hand-off to a thread; once one reaches ``INLINE_PLAN_BYTES``, the
+        steps run in a worker thread until one reads less again (a backlog)."""
+        inline = True
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), PLAN_IDLE_S)
             self._wake.clear()
             self._wake_taken.set()
-            if self.raft.is_leader():
+            if not self.raft.is_leader():
+                continue
+            if inline:
+                made = self.planner.step(INLINE_PLAN_BYTES)
+                if self.planner.cut_short:
+                    inline = False
+                    self._wake.set()  # the rest in a worker thread, at once
+            else:
                 made = await asyncio.to_thread(self.planner.step)
-                if made:
-                    self.metrics.proposed.inc(made)
+                inline = self.planner.read_bytes < INLINE_PLAN_BYTES
+            if made:
+                self.metrics.proposed.inc(made)
 
     async def _archive_loop(self) -> None:
         policy = self.config.archiver

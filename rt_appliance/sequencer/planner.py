@@ -64,6 +64,8 @@ class Planner:
         self._report_times: dict[str, float] = {}
         self.proposed = 0
         self.failed = 0
+        self.read_bytes = 0  # input bytes the last step's proposals covered
+        self.cut_short = False  # the last step stopped at its budget, with more to plan
         self._term = -1  # the raft term the speculative state was planned in
         self._epoch = 0
 
@@ -76,13 +78,18 @@ class Planner:
         with self._lock:
             return dict(self._reports)
 
-    def step(self) -> int:
+    def step(self, budget_bytes: int | None = None) -> int:
         """Propose what can be proposed now; returns how many proposals were made.
+
+        With ``budget_bytes`` the step stops once its proposals cover that many input
+        bytes, and :attr:`cut_short` says it did (what is left waits for the next step).
+        :attr:`read_bytes` is how many input bytes the step's proposals covered.
 
         The lock is held only to read and update the bookkeeping, never while input is
         read and records are built: reports and raft's callbacks (on the event loop)
         take the same lock, and must not wait for a step.
         """
+        self.read_bytes, self.cut_short = 0, False
         if not self.raft.is_leader():
             with self._lock:
                 self._spec = None
@@ -119,6 +126,10 @@ class Planner:
             made += 1
             self.raft.propose(command, partial(self._done, epoch))
             trace.event("proposed", merge.dir, merge.end)
+            self.read_bytes += merge.end - merge.start
+            if budget_bytes is not None and self.read_bytes >= budget_bytes and made < room:
+                self.cut_short = True
+                break
         return made
 
     def _done(self, epoch: int, accepted: bool, why: str) -> None:

@@ -6,7 +6,9 @@ copy byte-identical, every published message exactly once, per-publisher order k
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,14 @@ from tests.sequencer.conftest import SMALL, Feed, check_stream
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TWO = {"pub-1": ["trades"], "pub-2": ["quotes"]}
+
+
+def _snapshot_seq(path: Path) -> int:
+    """The merged seq a node's raft snapshot holds (-1: none yet, or being replaced)."""
+    try:
+        return int(json.loads(path.read_text())["state"]["state"]["seq"])
+    except (OSError, ValueError, KeyError):
+        return -1
 
 
 def committed_seq(stream, node: str) -> int:  # type: ignore[no-untyped-def]
@@ -126,15 +136,18 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     for f in feeds:
         f.publish(1, 2000)
     check_stream(stream, feeds)
+    held = committed_seq(stream, "rt-3")
+    assert held > 0
     stream.kill_node("rt-3")
     for f in feeds:
         f.publish(2001, 40_000)  # hundreds of raft entries: the others compact their logs
-    wait_until(  # whichever of them leads has compacted past what rt-3 holds
+    wait_until(  # whichever of them leads has compacted well past what rt-3 holds
         lambda: all(
-            (stream.data_dir(n) / "raft" / "raft.snapshot").exists() for n in ("rt-1", "rt-2")
+            _snapshot_seq(stream.data_dir(n) / "raft" / "raft.snapshot") > held + 100
+            for n in ("rt-1", "rt-2")
         ),
         60,
-        "a snapshot on rt-1 and rt-2",
+        f"a snapshot past seq {held + 100} on rt-1 and rt-2",
     )
     stream.start_node("rt-3")
     check_stream(stream, feeds, timeout_s=120)

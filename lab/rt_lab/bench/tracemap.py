@@ -23,6 +23,8 @@ from pathlib import Path
 __all__ = ["STEPS", "SUBSCRIBING_APP", "Message", "Trace", "step_times", "summarize"]
 
 SUBSCRIBING_APP = "subscriber-app"  # the trace file name of the subscribing application
+NODE_PREFIX = "node-"  # the trace file name of an rt node process, before its node's name
+NODE_ROLES = ("push-server", "sequencer", "pull-server")  # what an rt node process runs
 # (step, what it means), in path order; the 15 steps of a message
 STEPS: tuple[tuple[str, str], ...] = (
     ("published", "the publishing application wrote it (its record timestamp)"),
@@ -97,7 +99,19 @@ class Trace:
             process = path.stem.rsplit("-", 1)[0]
             with path.open() as f:
                 trace.add_lines(process, f)
+        for process in list(trace.marks):
+            if process.startswith(NODE_PREFIX):  # rt node: the three roles in one process
+                node = process[len(NODE_PREFIX) :]
+                for role in NODE_ROLES:
+                    trace.alias(f"{role}-{node}", process)
         return trace
+
+    def alias(self, name: str, process: str) -> None:
+        """Let ``name`` (a role's process) find the marks ``process`` wrote."""
+        self.marks[name] = self.marks[process]
+        self.applied[name] = self.applied[process]
+        self.merged[name] = self.merged[process]
+        self.merged_at[name] = self.merged_at[process]
 
     def add_lines(self, process: str, lines: Iterable[str]) -> None:
         """Take one process's lines, in the order it wrote them."""
@@ -179,7 +193,10 @@ def step_times(
             ],
             1,
         )
-        out["copied"] = trace.reached(f"pull-client-{subscriber}", "copy", subscriber, position)
+        # a pull-client daemon, or the application's own pull client (Subscriber(pull=))
+        out["copied"] = trace.reached(
+            f"pull-client-{subscriber}", "copy", subscriber, position
+        ) or trace.reached(SUBSCRIBING_APP, "copy", subscriber, position)
     return {name: out.get(name) for name, _ in STEPS}
 
 

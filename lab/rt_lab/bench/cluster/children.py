@@ -49,6 +49,8 @@ def publish_child(args: dict[str, Any]) -> dict[str, Any]:
     if args["nice"]:
         os.nice(args["nice"])
     count, rate = int(args["count"]), int(args["rate"])
+    if args.get("replicate"):  # the application's own push client traces as one would
+        trace.start(f"push-client-{args['host']}")
     with Publisher(
         args["root"],
         args["topic"],

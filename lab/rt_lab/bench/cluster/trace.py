@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rt_appliance import trace
@@ -39,6 +39,9 @@ from rt_lab.bench.tracemap import STEPS, Message, Trace, step_times, summarize
 __all__ = ["StepFigures", "TraceResults", "TraceRun", "measure_trace"]
 
 DAEMON_ROLES = ("push-client", "push-server", "sequencer", "pull-server", "pull-client")
+# the rows of the CPU table: each role's daemons (on the node layout the nodes' processes
+# are the sequencer's row), and the applications
+CPU_ROWS = (*DAEMON_ROLES, "applications")
 IDLE_S = 10.0  # the stream running with no traffic, before the traced traffic starts
 
 
@@ -64,8 +67,6 @@ class TraceRun:
 def measure_trace(opts: ClusterBenchOptions, work: Path, progress: Progress) -> TraceRun:
     """One traced run at ``opts.latency_rate`` msg/s in total."""
     trace_dir = work / "trace"
-    # the trace's steps are the marks of the daemons of each role
-    opts = replace(opts, clients="daemons", layout="daemons")
     os.environ[trace.ENV] = str(trace_dir)
     try:
         return _traced_run(opts, work, progress, trace_dir)
@@ -90,9 +91,16 @@ def _traced_run(
             pubs.extend(b.publishers(count, rate=rate, tick_s=LATENCY_TICK_S))
             b.wait_subscriber(sub, "trace", expected)
 
+        began = time.monotonic()
         cpu = _cpu_share(pids, traffic)
+        elapsed = time.monotonic() - began
         published = [p.finish() for p in pubs]
-        sub.finish()
+        got = sub.finish()
+        # each application reports its own CPU (every thread: with the clients in process,
+        # their push or pull client's too)
+        cpu["applications"] = (
+            float(got["cpu_s"]) + sum(float(p["cpu_s"]) for p in published)
+        ) / elapsed
         in_dir = b.stream.config.data_dir_of(b.stream.config.node(leader)) / "in"
         nodes = list(b.stream.node_names)
     # the daemons have stopped: every trace file is complete
@@ -181,9 +189,9 @@ class TraceResults:
     def _cpu(self, cpu: dict[str, float], when: str, target: str) -> None:
         note = "share of one core, summed over the daemons (both publishers' and the nodes')"
         total = self._row(f"daemons' CPU {when}: all", "% of a core", target, note)
-        total.values.append(100 * sum(cpu.values()))
-        for role in DAEMON_ROLES:
-            share = sum(v for k, v in cpu.items() if k.startswith(role + "-"))
+        total.values.append(100 * sum(v for k, v in cpu.items() if k != "applications"))
+        for role in CPU_ROWS:
+            share = sum(v for k, v in cpu.items() if k == role or k.startswith(role + "-"))
             self._row(f"daemons' CPU {when}: {role}", "% of a core", note=note).values.append(
                 100 * share
             )
@@ -199,6 +207,11 @@ class TraceResults:
         p99 = "-" if last.p99_ms is None else f"{last.p99_ms:.2f}"
         return (
             f"trace at {run.rate:,} msg/s: {run.messages:,} messages, delivered p50 {p50} ms, "
-            f"p99 {p99} ms; daemons' CPU {100 * sum(run.cpu.values()):.1f}% of a core "
-            f"({100 * sum(run.idle_cpu.values()):.1f}% with no traffic)"
+            f"p99 {p99} ms; daemons' CPU {100 * _daemons(run.cpu):.1f}% of a core "
+            f"({100 * _daemons(run.idle_cpu):.1f}% with no traffic), "
+            f"applications {100 * run.cpu.get('applications', 0.0):.1f}%"
         )
+
+
+def _daemons(cpu: dict[str, float]) -> float:
+    return sum(v for k, v in cpu.items() if k != "applications")

@@ -102,6 +102,9 @@ STDIN_READ_BYTES = 1 << 20
 # TCP keepalive finds a peer that vanished without a FIN (power loss, partition) on an
 # idle stream within about idle + interval * probes seconds.
 KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES = 10, 5, 3
+# A listening socket's queue of connections not yet accepted, and how long a server
+# waits before accepting again after accept() failed (out of descriptors, say).
+LISTEN_BACKLOG, ACCEPT_RETRY_S = 128, 0.1
 # Room kept in every frame for what precedes the file bytes (a DATA header and directory
 # name, a FETCHED head): a sender puts at most max_frame_bytes - this of a file in one frame.
 FRAME_MARGIN_BYTES = 16 << 10

@@ -15,6 +15,7 @@ from rt_appliance.daemons import metrics_http
 from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
+from rt_appliance.transport.loops import new_loop
 
 __all__ = ["run_daemon", "serve_metrics"]
 
@@ -61,7 +62,8 @@ def run_daemon(
             await asyncio.gather(pings, return_exceptions=True)
         log.info("%s stopped", name)
 
-    asyncio.run(runner())
+    with asyncio.Runner(loop_factory=new_loop) as run:
+        run.run(runner())
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> None:

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from rt_appliance.transport.loops import new_loop
+
 __all__ = ["LoopThread"]
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ class LoopThread:
     def __init__(
         self, name: str, main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]
     ) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = new_loop()
         self.failure: BaseException | None = None
         self._main = main
         self._stop: asyncio.Event | None = None

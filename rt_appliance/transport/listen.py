@@ -1,50 +1,120 @@
-"""Accepting and tuning TCP connections that will carry TLS.
+"""Accepting and tuning TCP connections that carry mutual TLS.
 
-Servers listen in plain TCP and start TLS in the connection handler
-(``writer.start_tls``), so a handshake that fails (unknown CA, expired
-certificate) is seen, logged and counted by the server rather than lost inside
-the listener. TCP keepalive finds a peer that vanished without a FIN.
+A server accepts plain TCP sockets itself and runs each connection's TLS handshake in
+that connection's own task (``loop.connect_accepted_socket(..., ssl=...)``), so a
+handshake that fails (unknown CA, expired certificate, silence) is seen, logged and
+counted by the server (its ``refused`` callback) rather than lost inside a listener.
+TLS starts on the bare socket: no plaintext reader exists to take a ClientHello before
+the TLS layer does, on asyncio's loop or on uvloop's (which starts reading as soon as a
+connection is made, whatever the protocol asked). TCP keepalive finds a peer that
+vanished without a FIN.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
-from functools import partial
 
 from rt_appliance.errors import TransportError
-from rt_appliance.limits import KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES
+from rt_appliance.limits import (
+    ACCEPT_RETRY_S,
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_INTERVAL_S,
+    KEEPALIVE_PROBES,
+    LISTEN_BACKLOG,
+)
 
-__all__ = ["Handler", "listen_before_tls", "set_keepalive"]
+__all__ = ["Handler", "Listener", "Refused", "listen_tls", "set_keepalive"]
 
+log = logging.getLogger(__name__)
+
+#: Serves one connection past its TLS handshake.
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+#: Told of a connection refused in its TLS handshake: ``refused(address, error)``.
+Refused = Callable[[str, Exception], None]
 
 
-class _PausedUntilTls(asyncio.StreamReaderProtocol):
-    """A stream that reads nothing until the handler starts TLS: a ClientHello read into
-    the plain stream's buffer would never reach the TLS layer, and the handshake hang."""
+class Listener:
+    """Accepts connections on one socket; each one's handshake and handler run in a task
+    of their own. :meth:`close` stops accepting (connections already made go on)."""
 
-    def __init__(self, handler: Handler) -> None:
-        super().__init__(asyncio.StreamReader(), handler)
+    def __init__(
+        self,
+        sock: socket.socket,
+        context: ssl.SSLContext,
+        handshake_timeout_s: float,
+        handler: Handler,
+        refused: Refused,
+    ) -> None:
+        self._sock = sock
+        self._context, self._timeout_s = context, handshake_timeout_s
+        self._handler, self._refused = handler, refused
+        self._connections: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._accepting = asyncio.create_task(self._accept(), name="accept")
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if isinstance(transport, asyncio.ReadTransport):
-            transport.pause_reading()
+    def close(self) -> None:
+        self._closed = True
+        self._accepting.cancel()
+        self._sock.close()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(self._sock)
+            except OSError as exc:  # out of descriptors, say: try again shortly
+                if self._sock.fileno() < 0:
+                    return
+                log.warning("accepting a connection failed: %s", exc)
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            task = asyncio.create_task(self._connection(conn, f"{peer[0]}:{peer[1]}"))
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def _connection(self, conn: socket.socket, address: str) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol, conn, ssl=self._context, ssl_handshake_timeout=self._timeout_s
+            )
+        except (ssl.SSLError, OSError, TimeoutError) as exc:
+            conn.close()
+            self._refused(address, exc)
+            return
+        except BaseException:
+            conn.close()
+            raise
+        if self._closed:  # the server stopped during the handshake
+            transport.abort()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._handler(reader, writer)
 
 
-async def listen_before_tls(host: str, port: int, handler: Handler) -> asyncio.Server:
-    """Listen on ``host:port`` without TLS; each connection runs ``handler``, which starts
-    TLS itself (``writer.start_tls``) and so can log and count the handshakes that fail."""
-    loop = asyncio.get_running_loop()
+async def listen_tls(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    handshake_timeout_s: float,
+    handler: Handler,
+    refused: Refused,
+) -> Listener:
+    """Listen on ``host:port``; each connection that passes the TLS handshake within
+    ``handshake_timeout_s`` runs ``handler``, each one that fails goes to ``refused``."""
     try:
-        return await loop.create_server(
-            partial(_PausedUntilTls, handler), host, port, reuse_address=True
-        )
+        sock = socket.create_server((host, port), backlog=LISTEN_BACKLOG)
     except OSError as exc:
         raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.setblocking(False)
+    return Listener(sock, context, handshake_timeout_s, handler, refused)
 
 
 def set_keepalive(writer: asyncio.StreamWriter) -> None:

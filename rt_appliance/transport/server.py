@@ -3,12 +3,12 @@
 The push server, the pull server and the sequencer's control channel accept connections
 the same way, written once here:
 
-1. listen in plain TCP (:func:`~rt_appliance.transport.listen.listen_before_tls`);
-2. in the connection's own task, start TLS within a deadline; a handshake that fails
-   (unknown CA, expired certificate, silence) goes to the server's ``refused`` callback,
-   which counts and logs it, and the socket is closed;
-3. turn on TCP keepalive and hand the stream to the server's ``serve``;
-4. keep every connection's task, so that :meth:`TlsServer.stop` ends them all.
+1. listen (:func:`~rt_appliance.transport.listen.listen_tls`): each connection's TLS
+   handshake runs in its own task within a deadline; one that fails (unknown CA,
+   expired certificate, silence) goes to the server's ``refused`` callback, which
+   counts and logs it, and the socket is closed;
+2. turn on TCP keepalive and hand the stream to the server's ``serve``;
+3. keep every connection's task, so that :meth:`TlsServer.stop` ends them all.
 
 What a connection says after TLS (HELLO, frames) is the caller's business.
 """
@@ -20,14 +20,12 @@ import contextlib
 import ssl
 from collections.abc import Awaitable, Callable
 
-from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.listen import Listener, Refused, listen_tls, set_keepalive
 
 __all__ = ["Refused", "Serve", "TlsServer", "peer_address"]
 
 #: Serves one connection past its TLS handshake: ``serve(reader, writer, address)``.
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter, str], Awaitable[None]]
-#: Told of a connection refused in its TLS handshake: ``refused(address, error)``.
-Refused = Callable[[str, Exception], None]
 
 
 def peer_address(writer: asyncio.StreamWriter) -> str:
@@ -50,12 +48,14 @@ class TlsServer:
         self._serve = serve
         self._refused = refused
         self._handshake_timeout_s = handshake_timeout_s
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> None:
         """Listen (raises :class:`~rt_appliance.errors.TransportError` if it cannot)."""
-        self._server = await listen_before_tls(host, port, self._handle)
+        self._server = await listen_tls(
+            host, port, self._context, self._handshake_timeout_s, self._handle, self._refused
+        )
 
     async def stop(self, grace_s: float) -> None:
         """Stop listening, cancel every connection and wait up to ``grace_s`` for them."""
@@ -79,13 +79,5 @@ class TlsServer:
             self._tasks.discard(task)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        address = peer_address(writer)
-        try:
-            # TLS here rather than in the listener, so that refusals are counted and logged.
-            await asyncio.wait_for(writer.start_tls(self._context), self._handshake_timeout_s)
-        except (ssl.SSLError, OSError, TimeoutError) as exc:
-            self._refused(address, exc)
-            writer.close()
-            return
         set_keepalive(writer)
-        await self._serve(reader, writer, address)
+        await self._serve(reader, writer, peer_address(writer))

@@ -42,7 +42,9 @@ def test_with_the_lab_installed_rt_runs_its_commands() -> None:
     for name in ("demo", "bench", "chaos"):
         result = subprocess.run(
             [sys.executable, "-m", "rt_appliance.cli", name, "--help"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert result.returncode == 0, result.stderr
         assert f"Usage: rt {name}" in result.stdout

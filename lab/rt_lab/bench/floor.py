@@ -50,8 +50,8 @@ from rt_lab.bench.stats import Result, percentile
 __all__ = ["KINDS", "LOOPS", "PATH", "FloorResults", "StepFigures", "run_floor_bench", "run_on"]
 
 KINDS = ("tls", "inotify", "sync", "thread")
-# The event loops a step can run on: asyncio's own (every daemon's today) and uvloop's
-# (libuv), measured side by side to decide which the daemons should run on.
+# The event loops a step can run on: asyncio's own and uvloop's (libuv; every daemon's,
+# rt_appliance.transport.loops), measured side by side.
 LOOPS = ("asyncio", "uvloop")
 FRAME_BYTES = 100
 _LEN = struct.Struct("<I")
@@ -162,7 +162,7 @@ def run_floor_bench(
 def run_on(loop: str, coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end on a new event loop of kind ``loop`` (one of :data:`LOOPS`)."""
     if loop == "uvloop":
-        import uvloop  # rt-lab's dependency; the product's daemons run on asyncio
+        import uvloop
 
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(coro)

@@ -36,7 +36,7 @@ from rt_appliance.sequencer.raft.codec import restricted_loads
 from rt_appliance.sequencer.raft.journal import SyncedJournal
 from rt_appliance.sequencer.raft.link import Link
 from rt_appliance.sequencer.raft.peer import Peer
-from rt_appliance.transport.listen import listen_before_tls, set_keepalive
+from rt_appliance.transport.listen import Listener, listen_tls, set_keepalive
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 
 __all__ = ["TlsTransport"]
@@ -60,7 +60,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self.client_ctx = client_context(link.config.tls, link.name)
         self.timeout_s = link.timeout_s
         self._peers: dict[Node, Peer] = {}
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
         self.listening = asyncio.Event()  # set once the raft port accepts connections
         self._connections: set[asyncio.StreamWriter] = set()
         self._closing = False
@@ -177,7 +177,14 @@ class TlsTransport(Transport):  # type: ignore[misc]
         warned = 0.0
         while self._server is None and not self._closing:
             try:
-                self._server = await listen_before_tls(host, port, self._serve)
+                self._server = await listen_tls(
+                    host,
+                    port,
+                    self.server_ctx,
+                    RAFT_CONNECT_TIMEOUT_S,
+                    self._serve,
+                    lambda where, exc: self.link.refused("handshake", f"{where}: {exc}"),
+                )
             except TransportError as exc:
                 if time.monotonic() >= warned:
                     log.warning("raft: %s (retrying)", exc)
@@ -198,17 +205,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
     # incoming side
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
-        where = f"{peer[0]}:{peer[1]}"
         self._connections.add(writer)
         try:
             set_keepalive(writer)
-            try:
-                await writer.start_tls(
-                    self.server_ctx, ssl_handshake_timeout=RAFT_CONNECT_TIMEOUT_S
-                )
-            except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
-                self.link.refused("handshake", f"{where}: {exc}")
-                return
             try:
                 name = peer_name(writer.get_extra_info("ssl_object"))
             except RTError as exc:

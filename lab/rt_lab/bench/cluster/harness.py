@@ -132,9 +132,7 @@ def describe_config(opts: ClusterBenchOptions) -> str:
     else:
         items.append("each node three daemons (rt push-server, rt sequencer, rt pull-server)")
     if opts.in_process:
-        items.append(
-            "clients in the applications: Publisher(replicate=...), Subscriber(pull=...)"
-        )
+        items.append("clients in the applications: Publisher(replicate=...), Subscriber(pull=...)")
     else:
         items.append("clients as daemons: rt push-client, rt pull-client")
     if opts.nice:

@@ -63,7 +63,6 @@ def measure_latency(opts: ClusterBenchOptions, work: Path, progress: Progress) -
     return out
 
 
-
 def measure_stages(
     opts: ClusterBenchOptions, work: Path, progress: Progress
 ) -> dict[str, dict[str, float]]:

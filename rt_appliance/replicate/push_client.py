@@ -307,9 +307,8 @@ class PushClient:
                     chunk = source.read()
                     if chunk is not None:
                         self._current[node] = d
-                        await asyncio.wait_for(
-                            conn.send_data(d, chunk.position, chunk.data), timeout
-                        )
+                        async with asyncio.timeout(timeout):  # no task per send
+                            await conn.send_data(d, chunk.position, chunk.data)
                         sent[d] = chunk.next_position
                         trace.event("send", f"{node}/{d}", int(chunk.next_position))
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))

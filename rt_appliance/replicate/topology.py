@@ -186,7 +186,8 @@ class DirectoryChanges:
         """Until the generation moves past ``seen`` (read before reading) or ``timeout_s``."""
         if self.generation == seen:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):  # no task per wait, as wait_for makes
+                    await self._event.wait()
 
     async def close(self) -> None:
         if self._task is not None:

@@ -80,7 +80,8 @@ class _EventWaiter:
     async def wait(self, timeout_s: float) -> bool:
         if not self._event.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):  # no task per wait, as wait_for makes
+                    await self._event.wait()
         woken = self._event.is_set()
         self._event.clear()
         self._wake._armed = True  # the caller reads next: a write after it wakes us again

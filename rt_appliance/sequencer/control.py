@@ -238,7 +238,8 @@ class Reporter:
 
     async def _wait(self, interval: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.changed.wait(), interval)
+            async with asyncio.timeout(interval):
+                await self.changed.wait()
         self.changed.clear()
 
     async def _dial(self, leader: str) -> Connection:

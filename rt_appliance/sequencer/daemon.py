@@ -372,7 +372,8 @@ class Sequencer:
         inline = True
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), PLAN_IDLE_S)
+                async with asyncio.timeout(PLAN_IDLE_S):  # no task per wait, as wait_for makes
+                    await self._wake.wait()
             self._wake.clear()
             self._wake_taken.set()
             if not self.raft.is_leader():

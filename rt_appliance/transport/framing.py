@@ -81,7 +81,8 @@ async def write_pieces(writer: asyncio.StreamWriter, pieces: list[bytes | memory
     """Write ``pieces`` (one frame) and wait for the transport to drain; a large piece goes
     a slice at a time. Socket and TLS errors are left to the caller to map."""
     if sum(len(p) for p in pieces) <= SLICE_BYTES:
-        writer.writelines(pieces)
+        # one TLS record for the frame: the pieces written one by one would each be one
+        writer.write(b"".join(pieces))
         await writer.drain()
         return
     for piece in pieces:

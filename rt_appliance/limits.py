@@ -120,6 +120,11 @@ ERROR_SEND_WAIT_S, CLOSE_WAIT_S = 1.0, 1.0
 # A push client with nothing to send waits at most this long for a write before it looks
 # again (the ack timeout and the lag metric are checked between waits).
 PUSH_IDLE_WAIT_S = 0.5
+# Frames a push connection has on their way unacknowledged. A lone message leaves at
+# once; while the window is full what the publisher writes piles up and leaves in one
+# frame when an acknowledgement opens it, so under load a frame carries several of the
+# publisher's writes and every node does less work per message.
+PUSH_WINDOW_FRAMES = 2
 # How often a replicator updates its lag metric (a directory walk).
 LAG_UPDATE_S = 1.0
 # A push client finding a directory sent by another process (an application's own

@@ -18,6 +18,7 @@ it over when that process stops; an application's Publisher refuses to start
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -32,6 +33,7 @@ from rt_appliance.limits import (
     FRAME_MARGIN_BYTES,
     LAG_UPDATE_S,
     PUSH_IDLE_WAIT_S,
+    PUSH_WINDOW_FRAMES,
     SENDER_LOCK_RETRY_S,
 )
 from rt_appliance.log.naming import publisher_dir_name
@@ -261,9 +263,10 @@ class PushClient:
                 limit = conn.max_frame_bytes - FRAME_MARGIN_BYTES
                 sources[d] = DirectorySource(self.root / d, position, limit, checked)
                 log.info("push %s to %s: resuming at %d", d, node, position)
-            acks = asyncio.create_task(self._read_acks(conn, node))
+            window = _Window(self.acked[node])
+            acks = asyncio.create_task(self._read_acks(conn, node, window))
             try:
-                await self._send_loop(conn, node, sources, acks, stop)
+                await self._send_loop(conn, node, sources, acks, window, stop)
             finally:
                 acks.cancel()
                 await asyncio.gather(acks, return_exceptions=True)
@@ -277,13 +280,17 @@ class PushClient:
         node: str,
         sources: dict[str, DirectorySource],
         acks: asyncio.Task[None],
+        window: _Window,
         stop: asyncio.Event,
     ) -> None:
         """Send chunks as they appear; a peer that stops acking for ack_timeout is gone.
 
-        A backlog goes out chunk after chunk; a write wakes the loop at once, and one
-        chunk carries everything written since the last one (while a send waits for the
-        socket, writes pile up and travel together).
+        A write wakes the loop at once, and one chunk carries everything written since
+        the last one. At most ``PUSH_WINDOW_FRAMES`` frames are on their way unacked: a
+        lone message leaves at once, and while the window is full what the publisher
+        writes piles up and goes out in one frame when an acknowledgement opens it, so
+        under load frames grow and the work per message (frames, writes, syncs, acks on
+        every node) falls.
         """
         timeout = self.config.replication.ack_timeout_ms / 1000
         sent = {d: source.position for d, source in sources.items()}
@@ -304,12 +311,16 @@ class PushClient:
                     raise TransportError(f"{node} acknowledged nothing for {timeout:g}s")
                 sent_any = False
                 for d, source in sources.items():
+                    if window.full():
+                        break
                     chunk = source.read()
                     if chunk is not None:
                         self._current[node] = d
                         async with asyncio.timeout(timeout):  # no task per send
                             await conn.send_data(d, chunk.position, chunk.data)
                         sent[d] = chunk.next_position
+                        if chunk.records:  # a piece of a record is acked with its last one
+                            window.sent(d, chunk.next_position)
                         trace.event("send", f"{node}/{d}", int(chunk.next_position))
                         self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
                         self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
@@ -318,7 +329,9 @@ class PushClient:
                 if time.monotonic() >= next_lag_update:
                     self._update_lag(node)
                     next_lag_update = time.monotonic() + LAG_UPDATE_S
-                if not sent_any:
+                if window.full():
+                    await window.wait_open(min(PUSH_IDLE_WAIT_S, timeout / 4))
+                elif not sent_any:
                     await watcher.wait(min(PUSH_IDLE_WAIT_S, timeout / 4))
         finally:
             watcher.close()
@@ -329,7 +342,7 @@ class PushClient:
             lag = bytes_after(self.root / d, acked.session, acked.roll, acked.offset)
             self.metrics.lag_bytes.labels(node=node, dir=d).set(lag)
 
-    async def _read_acks(self, conn: Connection, node: str) -> None:
+    async def _read_acks(self, conn: Connection, node: str, window: _Window) -> None:
         while True:
             frame_type, body = await conn.receive()
             fields = decode_control(frame_type, body)
@@ -344,6 +357,7 @@ class PushClient:
             if position > self.acked[node].get(d, Position.ZERO):
                 self._moved(node)
             self.acked[node][d] = position
+            window.acked()
             self._last_ack[node] = time.monotonic()
             self.metrics.acked_position.labels(node=node, dir=d).set(int(position))
             if self.on_ack is not None:
@@ -379,3 +393,36 @@ class PushClient:
 def publisher_root(config: StreamConfig, host_name: str) -> Path:
     """Where publisher host ``host_name`` writes (``<data_dir>/pub``)."""
     return config.data_dir_of(config.publisher(host_name)) / "pub"
+
+
+class _Window:
+    """The frames sent on one connection and not acknowledged yet (their directory and
+    end), at most ``PUSH_WINDOW_FRAMES``."""
+
+    def __init__(self, acked: dict[str, Position]) -> None:
+        self._acked = acked  # the client's acknowledged positions of this node, by directory
+        self._frames: collections.deque[tuple[str, Position]] = collections.deque()
+        self._opened = asyncio.Event()
+
+    def sent(self, d: str, end: Position) -> None:
+        self._frames.append((d, end))
+
+    def full(self) -> bool:
+        if len(self._frames) < PUSH_WINDOW_FRAMES:
+            return False
+        self._frames = collections.deque(
+            (d, end) for d, end in self._frames if end > self._acked.get(d, Position.ZERO)
+        )
+        return len(self._frames) >= PUSH_WINDOW_FRAMES
+
+    def acked(self) -> None:
+        """An acknowledgement came (after :attr:`acked` moved): a full window may open."""
+        self._opened.set()
+
+    async def wait_open(self, timeout_s: float) -> None:
+        """Until an acknowledgement comes, or ``timeout_s``."""
+        self._opened.clear()
+        if self.full():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._opened.wait()

@@ -195,7 +195,7 @@ HOLDS_REPORT_WAIT_INTERVALS = 10
 OBSERVE_EVERY_S, GAUGES_EVERY_S, HEARTBEAT_EVERY_S = 0.2, 1.0, 0.5
 # How often the event loop's lateness is sampled, and the window its worst is kept for
 # (raft's heartbeats and votes wait as long as the loop is late).
-LAG_PROBE_S, LAG_WINDOW_S = 0.05, 1.0
+LAG_PROBE_S, LAG_WINDOW_S = 0.25, 1.0
 # The merger's pause after an error before it retries, and its wait for work when idle
 # (the scrubber runs between waits).
 MERGER_RETRY_S, MERGER_IDLE_WAIT_S = 1.0, 0.5

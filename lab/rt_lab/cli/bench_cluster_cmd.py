@@ -97,16 +97,15 @@ __all__ = ["cluster_bench"]
     "in-process",
     "How the applications reach the nodes: `in-process`, as a Python application "
     "does by default (Publisher(replicate=...), Subscriber(pull=...)), or `daemons` "
-    "(rt push-client on each publisher host, rt pull-client on the subscriber host). "
-    "The trace always runs with the daemons",
+    "(rt push-client on each publisher host, rt pull-client on the subscriber host)",
 )
 @option(
     "--layout",
     click.Choice(["node", "daemons"]),
     "node",
     "How each node runs: `node`, one process (rt node), or `daemons`, rt push-server, "
-    "rt sequencer and rt pull-server. The trace and the merge measurement always run "
-    "with the daemons",
+    "rt sequencer and rt pull-server. The merge measurement always runs with the "
+    "daemons (its push servers fill the inputs before any sequencer starts)",
 )
 @option(
     "--latency-samples",
@@ -177,12 +176,13 @@ def cluster_bench(
     stages      the same traffic, timed at each stage at once by a follower
                 process: a follower node's in/, the leader's merged log, a
                 follower's merged log, the subscriber's copy (p50, p99)
-    trace       the same traffic with every daemon tracing (RT_TRACE_DIR), at
+    trace       the same traffic with every process tracing (RT_TRACE_DIR), at
                 --idle-rate and at --latency-rate: per step of a message's path
                 (sent, in a majority's in/, synced, reported, planned, proposed,
                 the raft journals, committed, applied, merged, pulled, copied,
-                delivered) the time since publish (p50, p99); each daemon role's
-                CPU, as a share of one core, during the traffic and during 10 s
+                delivered) the time since publish (p50, p99); the nodes' CPU
+                (each role's with --layout daemons) and the applications', as a
+                share of one core, during the traffic, and the nodes' during 10 s
                 with no traffic before it
     memory      RSS of every rt sequencer while --memory-messages pass (once)
 

@@ -1,13 +1,14 @@
 """``rt bench cluster --measure trace``: where a message's time goes, step by step.
 
 The stream runs with tracing on (``RT_TRACE_DIR``, :mod:`rt_appliance.trace`): every
-daemon notes when each input position, raft index and merged position passed each of
-its steps, and the subscribing application when it read each input's ids. After the
-run every message published is read back from the leader's ``in/`` (its input, its
-end position, its publish timestamp) and placed on those marks
-(:mod:`rt_lab.bench.tracemap`). The result is, per step, the time since publish
-(p50, p99) and the time since the step before (p50), plus each daemon's share of one
-core over the run, and over ``IDLE_S`` seconds before it with no traffic at all.
+process (node, daemon, application) notes when each input position, raft index and
+merged position passed each of its steps, and the subscribing application when it read
+each input's ids. After the run every message published is read back from the leader's
+``in/`` (its input, its end position, its publish timestamp) and placed on those marks
+(:mod:`rt_lab.bench.tracemap`). The result is, per step, the time since publish (p50,
+p99) and the time since the step before (p50), plus the nodes' and the applications'
+share of one core over the run, and the nodes' over ``IDLE_S`` seconds before it with
+no traffic at all.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from rt_lab.bench.tracemap import STEPS, Message, Trace, step_times, summarize
 __all__ = ["StepFigures", "TraceResults", "TraceRun", "measure_trace"]
 
 DAEMON_ROLES = ("push-client", "push-server", "sequencer", "pull-server", "pull-client")
-# the rows of the CPU table: each role's daemons (on the node layout the nodes' processes
-# are the sequencer's row), and the applications
-CPU_ROWS = (*DAEMON_ROLES, "applications")
+# the rows of the CPU table: the nodes' processes (rt node) or each role's daemons, and
+# the applications (with the clients in process, their push and pull clients' too)
+CPU_ROWS = ("node", *DAEMON_ROLES, "applications")
 IDLE_S = 10.0  # the stream running with no traffic, before the traced traffic starts
 
 
@@ -83,7 +84,10 @@ def _traced_run(
         leader = b.wait_leader()
         expected = skip + count * len(PUBLISHERS)
         sub = b.subscriber(expected=expected, skip=skip, latency=True)
-        pids = {f"{r}-{host}": pid for r in DAEMON_ROLES for host, pid in b.pids(r).items()}
+        if opts.layout == "node":  # each node one process (the harness keys it as the sequencer)
+            pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
+        else:
+            pids = {f"{r}-{host}": pid for r in DAEMON_ROLES for host, pid in b.pids(r).items()}
         idle_cpu = _cpu_share(pids, lambda: time.sleep(IDLE_S))
         pubs: list[Child] = []
 
@@ -191,7 +195,10 @@ class TraceResults:
         total = self._row(f"daemons' CPU {when}: all", "% of a core", target, note)
         total.values.append(100 * sum(v for k, v in cpu.items() if k != "applications"))
         for role in CPU_ROWS:
-            share = sum(v for k, v in cpu.items() if k == role or k.startswith(role + "-"))
+            mine = [v for k, v in cpu.items() if k == role or k.startswith(role + "-")]
+            if not mine:
+                continue  # no such process in this layout
+            share = sum(mine)
             self._row(f"daemons' CPU {when}: {role}", "% of a core", note=note).values.append(
                 100 * share
             )

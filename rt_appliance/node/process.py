@@ -15,10 +15,12 @@ the event loop          the push server (connections, replicas), the pull
                         its TLS connections, ``apply``), the sequencer's
                         control channel, reporter, planner loop, archiver
                         and observer
-the merger thread       the merged log's writes and syncs
+the merger thread       the merged log's writes and syncs (it wakes the pull
+                        server after each write, before the sync)
 worker threads          what the loop hands off and awaits: the push
-                        server's syncs, raft's journal syncs, the planner's
-                        step, large reads; they own nothing between calls
+                        server's syncs, raft's journal syncs, a planner
+                        step that reads 64 KiB or more, large reads; they
+                        own nothing between calls
 the fetcher's loop      FETCH connections to peers, for the merger's repairs
 the metrics thread      the HTTP endpoint, reading the registries
 =====================  ===================================================

@@ -22,10 +22,10 @@ def _lines(*events: tuple[int, str, str, object]) -> list[str]:
     return out
 
 
-def _trace() -> Trace:
+def _events() -> list[tuple[str, list[str]]]:
     """A message ending at input position 500 (published at 0 ms) through every step,
     with a batch before it (ending at 300) to show marks are matched by position."""
-    t = Trace()
+    t = _Collect()
     t.add_lines(
         "push-client-pub-1",
         _lines(
@@ -64,7 +64,24 @@ def _trace() -> Trace:
     )
     t.add_lines("pull-client-sub-1", _lines((18, "copy", "sub-1", 2000)))
     t.add_lines("subscriber-app", _lines((19, "delivered", "pub-1/trades", 0)))
+    return t.events
+
+
+def _trace() -> Trace:
+    t = Trace()
+    for process, lines in _events():
+        t.add_lines(process, lines)
     return t
+
+
+class _Collect:
+    """Takes ``add_lines`` calls as :class:`Trace` does, keeping them as they came."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, list[str]]] = []
+
+    def add_lines(self, process: str, lines: list[str]) -> None:
+        self.events.append((process, lines))
 
 
 def test_every_step_of_a_message_is_found_by_its_position() -> None:
@@ -133,3 +150,24 @@ def test_daemons_write_trace_files_only_when_asked(tmp_path: Path) -> None:
     assert on.stdout.strip() == "True"
     trace = Trace.load(tmp_path)
     assert trace.reached("push-server-rt-1", "in", "rt-1/x", 7) is not None
+
+
+def test_the_node_layout_is_traced_by_one_process_per_node(tmp_path: Path) -> None:
+    """With ``rt node`` every role of a node writes to one file (``node-<name>``) and the
+    subscribing application's own pull client marks the copy in the application's file:
+    every step is found as with a daemon per role."""
+    files: dict[str, list[str]] = {}
+    for process, lines in _events():
+        role, _, host = process.rpartition("-rt-")
+        if role in ("push-server", "sequencer", "pull-server"):
+            process = f"node-rt-{host}"
+        elif process == "pull-client-sub-1":
+            process = "subscriber-app"
+        files.setdefault(process, []).extend(lines)
+    for n, (process, lines) in enumerate(files.items()):
+        (tmp_path / f"{process}-{100 + n}.trace").write_text("".join(lines))
+    msg = Message(INPUT, 500, 0, "pub-1", "trades")
+    expected = step_times(_trace(), msg, "rt-1", NODES, "sub-1")
+    got = step_times(Trace.load(tmp_path), msg, "rt-1", NODES, "sub-1")
+    assert got == expected
+    assert got["copied"] == 18 * MS and got["pulled"] == 17 * MS

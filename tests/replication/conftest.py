@@ -67,3 +67,25 @@ def make_stream(tmp_path: Path) -> Iterator[object]:
     for stream in streams:
         for daemon in stream.daemons:
             daemon.stop()
+
+
+@dataclass(frozen=True)
+class OneNode:
+    """A one-node stream that keeps acknowledged files: its configuration, pub-1's
+    publisher root and rt-1's replica of ``trades.pub-1``, for a push server and client
+    run in the test's own event loop."""
+
+    config: StreamConfig
+    root: Path
+    replica: Path
+
+
+def one_node(tmp_path: Path) -> OneNode:
+    config = load_config(
+        write_local_config(tmp_path, nodes=1, extra={"replication": {"delete_acked": False}})
+    )
+    return OneNode(
+        config,
+        config.data_dir_of(config.publisher("pub-1")) / "pub",
+        config.data_dir_of(config.node("rt-1")) / "in" / "trades.pub-1",
+    )

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import Publisher
-from rt_appliance.config import load_config
 from rt_appliance.position import Position
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.push_server import PushServer
 from rt_lab.testing.checkers import log_files, same_log_files
-from rt_lab.testing.cluster import write_local_config
+from tests.replication.conftest import one_node
 
 pytestmark = pytest.mark.integration
 
@@ -39,15 +38,12 @@ class _FailFirstGroupedSync:
 def test_a_failed_sync_is_cut_back_and_the_client_resends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = load_config(
-        write_local_config(tmp_path, nodes=1, extra={"replication": {"delete_acked": False}})
-    )
-    root = config.data_dir_of(config.publisher("pub-1")) / "pub"
+    stream = one_node(tmp_path)
+    config, root, replica = stream.config, stream.root, stream.replica
     with Publisher(root, "trades", "pub-1", fsync="never") as pub:
         for b in range(20):
             pub.publish_batch([b"message %d" % (b * 1000 + i) for i in range(1000)])
     source = log_files(root / "trades.pub-1")
-    replica = config.data_dir_of(config.node("rt-1")) / "in" / "trades.pub-1"
     failing = _FailFirstGroupedSync()
     monkeypatch.setattr(os, "fdatasync", failing)
     server, client = PushServer(config, "rt-1"), PushClient(config, "pub-1")

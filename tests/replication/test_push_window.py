@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 from rt_appliance import Publisher
-from rt_appliance.config import load_config
 from rt_appliance.limits import PUSH_WINDOW_FRAMES
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.push_server import PushServer
 from rt_lab.testing.checkers import log_files, same_log_files
-from rt_lab.testing.cluster import write_local_config
+from tests.replication.conftest import one_node
 
 pytestmark = pytest.mark.integration
 
@@ -43,11 +42,8 @@ class _HeldSync:
 def test_a_full_window_holds_writes_back_and_sends_them_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = load_config(
-        write_local_config(tmp_path, nodes=1, extra={"replication": {"delete_acked": False}})
-    )
-    root = config.data_dir_of(config.publisher("pub-1")) / "pub"
-    replica = config.data_dir_of(config.node("rt-1")) / "in" / "trades.pub-1"
+    stream = one_node(tmp_path)
+    config, root, replica = stream.config, stream.root, stream.replica
     held = _HeldSync()
     monkeypatch.setattr(os, "fdatasync", held)
     server, client = PushServer(config, "rt-1"), PushClient(config, "pub-1")

@@ -111,6 +111,7 @@ class PullClient:
         self.on_change: Callable[[], None] | None = None  # after each append or prune
         self._unsynced = asyncio.Event()  # chunks were written since the last sync began
         self._sync_failure: LogError | None = None  # a sync failed and cut the copy back
+        self._conn: Connection | None = None  # the connection pulled from, if any
         self.ready = asyncio.Event()  # set once the first connection attempt is made
 
     def status_line(self) -> str:
@@ -215,11 +216,16 @@ class PullClient:
                 self.host.name, node, target.host, target.port, position.format(), position,
             )  # fmt: skip
             self.metrics.connected.labels(node).set(1)
-            self._pulling_from = node
+            self._pulling_from, self._conn = node, conn
             while True:
-                await self._on_frame(conn, *await conn.receive())
+                try:
+                    frame = await conn.receive()
+                except TransportError:
+                    self._raise_sync_failure()  # the sync loop ended the connection
+                    raise
+                await self._on_frame(conn, *frame)
         finally:
-            self._pulling_from = None
+            self._pulling_from = self._conn = None
             self.metrics.connected.labels(node).set(0)
             await conn.close()
 
@@ -248,9 +254,7 @@ class PullClient:
             data = decode_data(body)
             if data.dir != self.config.stream:
                 raise FrameError(f"{conn.peer} sent DATA for {data.dir!r}")
-            if self._sync_failure is not None:  # the copy was cut back: pull from its end
-                failure, self._sync_failure = self._sync_failure, None
-                raise failure
+            self._raise_sync_failure()
             if len(data.payload) < INLINE_READ_BYTES:  # the stream's tail: no thread hand-off
                 self._append(data.position, data.payload)
             else:
@@ -290,6 +294,12 @@ class PullClient:
                 raise LogError(f"{self.directory}: cannot append: {exc.strerror}") from exc
             raise
 
+    def _raise_sync_failure(self) -> None:
+        """After a failed sync cut the copy back: end this pull, to go on from its end."""
+        if self._sync_failure is not None:
+            failure, self._sync_failure = self._sync_failure, None
+            raise failure
+
     def _reopen(self) -> None:
         self.replica.close()
         self.replica = ReplicaDir(self.directory, fsync=self._fsync)
@@ -318,6 +328,8 @@ class PullClient:
                     except LogError as cut:
                         self._sync_failure = cut
                     self._reopen()
+                    if self._conn is not None:  # the pull goes on from the copy's new end
+                        self._conn.writer.transport.abort()
                 continue
             finally:
                 os.close(fd)

@@ -57,6 +57,11 @@ class Listener:
         self._closed = False
         self._accepting = asyncio.create_task(self._accept(), name="accept")
 
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one asked for, or the one given for port 0)."""
+        return int(self._sock.getsockname()[1])
+
     def close(self) -> None:
         self._closed = True
         self._accepting.cancel()
@@ -110,11 +115,21 @@ async def listen_tls(
     """Listen on ``host:port``; each connection that passes the TLS handshake within
     ``handshake_timeout_s`` runs ``handler``, each one that fails goes to ``refused``."""
     try:
-        sock = socket.create_server((host, port), backlog=LISTEN_BACKLOG)
+        sock = _bind(host, port)
     except OSError as exc:
-        raise TransportError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        why = exc.strerror or str(exc)
+        raise TransportError(f"cannot listen on {host}:{port}: {why}") from exc
     sock.setblocking(False)
     return Listener(sock, context, handshake_timeout_s, handler, refused)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host`` (an IPv4 or IPv6 address, or a DNS name: its first
+    address) and ``port``."""
+    family, _, _, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    return socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
 
 
 def set_keepalive(writer: asyncio.StreamWriter) -> None:

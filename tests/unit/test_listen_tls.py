@@ -1,0 +1,95 @@
+"""Servers start TLS on the accepted socket: a handshake that fails is refused (counted),
+the next client is served, on asyncio's loop and on uvloop's, at any address a node's
+``host`` may name (an IPv4 or IPv6 address, a DNS name)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+import uvloop
+
+from rt_appliance.config import StreamConfig, load_config
+from rt_appliance.errors import TransportError
+from rt_appliance.transport.listen import listen_tls
+from rt_appliance.transport.tls import client_context, peer_name, server_context
+from rt_lab.testing.cluster import write_local_config
+
+LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> StreamConfig:
+    return load_config(write_local_config(tmp_path_factory.mktemp("listen"), nodes=1))
+
+
+def _ipv6() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+async def _serve_one_refused_then_one(config: StreamConfig, host: str) -> list[str]:
+    """A plaintext client (refused in the handshake), then a TLS client that is served;
+    what the server saw, in order."""
+    seen: list[str] = []
+    served = asyncio.Event()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(f"served {peer_name(writer.get_extra_info('ssl_object'))}")
+        writer.write(await reader.readexactly(5))
+        await writer.drain()
+        served.set()
+        writer.close()
+
+    def refused(address: str, exc: Exception) -> None:
+        seen.append("refused")
+
+    listener = await listen_tls(host, 0, server_context(config.tls, "rt-1"), 5.0, handler, refused)
+    try:
+        port = listener.port
+        _, plain = await asyncio.open_connection(host, port)
+        plain.write(b"GET / HTTP/1.0\r\n\r\n")  # not a ClientHello
+        await plain.drain()
+        while "refused" not in seen:
+            await asyncio.sleep(0.01)
+        plain.close()
+        reader, writer = await asyncio.open_connection(
+            host, port, ssl=client_context(config.tls, "pub-1"), server_hostname=None
+        )
+        writer.write(b"hello")
+        assert await asyncio.wait_for(reader.readexactly(5), 5) == b"hello"
+        await asyncio.wait_for(served.wait(), 5)
+        writer.close()
+    finally:
+        listener.close()
+    return seen
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_refused_handshake_leaves_the_next_client_served(config: StreamConfig, loop: str) -> None:
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        seen = runner.run(_serve_one_refused_then_one(config, "127.0.0.1"))
+    assert seen == ["refused", "served pub-1"]
+
+
+def test_a_dns_name_is_bound(config: StreamConfig) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(_serve_one_refused_then_one(config, "localhost"))[-1] == "served pub-1"
+
+
+@pytest.mark.skipif(not _ipv6(), reason="this machine has no IPv6 loopback")
+def test_an_ipv6_address_is_bound(config: StreamConfig) -> None:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(_serve_one_refused_then_one(config, "::1"))[-1] == "served pub-1"
+
+
+def test_an_address_that_cannot_be_bound_is_a_clear_error() -> None:
+    async def bind() -> None:
+        await listen_tls("192.0.2.1", 0, None, 1.0, None, None)  # type: ignore[arg-type]
+
+    with pytest.raises(TransportError, match=r"cannot listen on 192\.0\.2\.1:0"):
+        asyncio.run(bind())

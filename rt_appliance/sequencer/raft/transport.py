@@ -153,7 +153,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         while self._held and self._held[0][2] <= journal.synced:
             peer, frame, _ = self._held.popleft()
             peer.send(frame)
-        if self._held:
+        if self._held or journal.dirty:  # a leader's entries sent meanwhile wait for none
             self._sync_soon(journal)
 
     def destroy(self) -> None:

@@ -13,6 +13,8 @@ import os
 
 import uvloop
 
+from rt_appliance.errors import UsageError
+
 __all__ = ["ENV", "new_loop"]
 
 ENV = "RT_EVENT_LOOP"
@@ -24,5 +26,5 @@ def new_loop() -> asyncio.AbstractEventLoop:
     if choice == "asyncio":
         return asyncio.new_event_loop()
     if choice != "uvloop":
-        raise ValueError(f"{ENV}={choice!r}: expected uvloop or asyncio")
+        raise UsageError(f"{ENV}={choice!r}: expected uvloop (the default) or asyncio")
     return uvloop.new_event_loop()

@@ -38,22 +38,12 @@ def test_an_unknown_loop_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
         loops.new_loop()
 
 
-def test_a_daemon_with_an_unknown_loop_says_so_and_exits_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from rt_lab.testing.cluster import write_local_config
-
+def test_a_daemon_with_an_unknown_loop_says_so_and_exits_2(tmp_path: Path) -> None:
     config = write_local_config(tmp_path, nodes=1)
+    command = ["node", "--config", str(config), "--node", "rt-1"]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rt_appliance.cli",
-            "node",
-            "--config",
-            str(config),
-            "--node",
-            "rt-1",
-        ],
-        env={**__import__("os").environ, loops.ENV: "trio"},
+        [sys.executable, "-m", "rt_appliance.cli", *command],
+        env={**os.environ, loops.ENV: "trio"},
         capture_output=True,
         text=True,
         timeout=60,

@@ -111,13 +111,6 @@ class TlsTransport(Transport):  # type: ignore[misc]
             return False
         if journal is None or (not journal.dirty and not self._held):
             return peer.send(frame)
-        if message.get("type") == "append_entries" and not self._held:
-            # Only a leader sends entries, and raft lets it send them before its own sync
-            # as long as it counts itself toward a commit only once synced: here an entry
-            # is applied, and the commit index that covers it leaves in a later message,
-            # only after a sync covered it (RaftNode's apply). The sync runs meanwhile.
-            self._sync_soon(journal)
-            return peer.send(frame)
         if len(self._held) >= RAFT_HELD_MAX:
             return False  # syncs are stuck: raft's retransmission covers what is dropped
         self._held.append((peer, frame, journal.written))
@@ -153,7 +146,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         while self._held and self._held[0][2] <= journal.synced:
             peer, frame, _ = self._held.popleft()
             peer.send(frame)
-        if self._held or journal.dirty:  # a leader's entries sent meanwhile wait for none
+        if self._held:
             self._sync_soon(journal)
 
     def destroy(self) -> None:

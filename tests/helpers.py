@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import subprocess
@@ -170,3 +171,18 @@ def rt(
     if check and result.returncode != 0:
         raise AssertionError(f"rt {' '.join(args)} exited {result.returncode}: {result.stderr}")
     return result
+
+
+class FailFirstThreadSync:
+    """``os.fdatasync`` failing once (a write-back error) when called from a worker
+    thread, where grouped syncs run (a push server's, a subscriber copy's); every
+    other sync works. Install it with ``monkeypatch.setattr(os, "fdatasync", ...)``."""
+
+    def __init__(self) -> None:
+        self.real, self.failures = os.fdatasync, 0
+
+    def __call__(self, fd: int) -> None:
+        if self.failures == 0 and threading.current_thread() is not threading.main_thread():
+            self.failures += 1
+            raise OSError(errno.EIO, "Input/output error")
+        self.real(fd)

@@ -4,9 +4,7 @@ its last good sync, and the pull goes on from there until the copy is whole agai
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -19,22 +17,9 @@ from rt_appliance.replicate.pull_server import PullServer, ServerMetrics
 from rt_appliance.replicate.topology import replica_dir
 from rt_lab.testing.checkers import log_files, same_log_files
 from rt_lab.testing.cluster import write_local_config
+from tests.helpers import FailFirstThreadSync
 
 pytestmark = pytest.mark.integration
-
-
-class _FailFirstThreadSync:
-    """``os.fdatasync`` failing once (a write-back error) in a worker thread, where the
-    copy's group sync runs; every other sync works."""
-
-    def __init__(self) -> None:
-        self.real, self.failures = os.fdatasync, 0
-
-    def __call__(self, fd: int) -> None:
-        if self.failures == 0 and threading.current_thread() is not threading.main_thread():
-            self.failures += 1
-            raise OSError(errno.EIO, "Input/output error")
-        self.real(fd)
 
 
 def test_a_failed_sync_of_the_copy_is_cut_back_and_pulled_again(
@@ -51,7 +36,7 @@ def test_a_failed_sync_of_the_copy_is_cut_back_and_pulled_again(
     (served.parent / "served.src").rename(served)
     source = log_files(served)
     copy = replica_dir(config, config.subscriber("sub-1"))
-    failing = _FailFirstThreadSync()
+    failing = FailFirstThreadSync()
     monkeypatch.setattr(os, "fdatasync", failing)
 
     async def pull() -> None:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -16,23 +14,10 @@ from rt_appliance.position import Position
 from rt_appliance.replicate.push_client import PushClient
 from rt_appliance.replicate.push_server import PushServer
 from rt_lab.testing.checkers import log_files, same_log_files
+from tests.helpers import FailFirstThreadSync
 from tests.replication.conftest import one_node
 
 pytestmark = pytest.mark.integration
-
-
-class _FailFirstGroupedSync:
-    """``os.fdatasync`` failing once (a write-back error) for the push server's grouped
-    sync, which runs in a worker thread; every other sync works."""
-
-    def __init__(self) -> None:
-        self.real, self.failures = os.fdatasync, 0
-
-    def __call__(self, fd: int) -> None:
-        if self.failures == 0 and threading.current_thread() is not threading.main_thread():
-            self.failures += 1
-            raise OSError(errno.EIO, "Input/output error")
-        self.real(fd)
 
 
 def test_a_failed_sync_is_cut_back_and_the_client_resends(
@@ -44,7 +29,7 @@ def test_a_failed_sync_is_cut_back_and_the_client_resends(
         for b in range(20):
             pub.publish_batch([b"message %d" % (b * 1000 + i) for i in range(1000)])
     source = log_files(root / "trades.pub-1")
-    failing = _FailFirstGroupedSync()
+    failing = FailFirstThreadSync()
     monkeypatch.setattr(os, "fdatasync", failing)
     server, client = PushServer(config, "rt-1"), PushClient(config, "pub-1")
     newest = max(source, key=lambda name: tuple(int(x) for x in name.split(".")[1:]))

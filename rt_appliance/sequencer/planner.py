@@ -182,11 +182,12 @@ class Planner:
         _, name, records = best
         ts = wall_ns()
         seq = spec.seq + 1
+        basis = spec.watermark_of(name)
         record, count, watermark = build_record(
-            name, int(records.start), ts, seq, records.data, spec.watermark_of(name), records
+            name, int(records.start), ts, seq, records.data, basis, records
         )
         if count == 0:  # every record a dedup message merged before: only the input moves
-            return Skip(name, int(records.start), int(records.end), ts)
+            return Skip(name, int(records.start), int(records.end), ts, basis)
         return Merge(
             seq=seq,
             position=spec.next_position(len(record)),
@@ -198,4 +199,5 @@ class Planner:
             crc=zlib.crc32(record),
             ts=ts,
             watermark=watermark,
+            basis=basis,
         )

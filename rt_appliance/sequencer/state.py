@@ -48,6 +48,9 @@ __all__ = [
     "topic_of",
 ]
 
+# the basis of an instruction written before instructions carried one: applied as it was
+# then (a node replaying its journal after an upgrade must decide as it decided before)
+_LEGACY = -(1 << 63) - 1
 MERGED_SESSION = 1  # the merged log is one session; its files are log.1.0, log.1.1, ...
 MERGED_HOST = "merged"
 ZERO_DIGEST = "0" * 64
@@ -85,6 +88,7 @@ class Merge:
     crc: int  # zlib CRC-32 of those bytes
     ts: int  # the leader's clock when proposing; stamps the range record and new files
     watermark: int | None  # dedup topics: the highest id merged after this one
+    basis: int | None = None  # dedup topics: the watermark the leader filtered against
 
     def encode(self) -> bytes:
         return json.dumps({"t": "merge", **_fields(self)}, separators=(",", ":")).encode()
@@ -96,6 +100,7 @@ class Skip:
     start: int
     end: int
     ts: int
+    basis: int | None = None  # the watermark every skipped id is at or below
 
     def encode(self) -> bytes:
         return json.dumps({"t": "skip", **_fields(self)}, separators=(",", ":")).encode()
@@ -137,6 +142,8 @@ def decode_instruction(command: bytes) -> Instruction | str:
         cls, ints, strs = Prune, Prune.__slots__, ("reason",)
     else:
         return f"unknown instruction {kind!r}"
+    if "basis" in cls.__slots__:
+        doc.setdefault("basis", _LEGACY)  # written before instructions carried it
     if set(doc) != set(cls.__slots__):
         return f"{kind} fields {sorted(doc)} != {sorted(cls.__slots__)}"
     for name in ints:
@@ -144,7 +151,9 @@ def decode_instruction(command: bytes) -> Instruction | str:
         if name in strs:
             if not isinstance(value, str):
                 return f"{kind}.{name} is not a string"
-        elif name == "watermark" and value is None:
+        elif (value is None and name in ("watermark", "basis")) or (
+            name == "basis" and value == _LEGACY
+        ):
             continue
         elif not isinstance(value, int) or isinstance(value, bool) or value < -(1 << 63):
             return f"{kind}.{name} is not an integer"
@@ -219,7 +228,7 @@ class SequencerState:
         if isinstance(ins, Skip):
             if not is_dedup_topic(topic_of(ins.dir)):
                 return f"skip of {ins.dir}: only .dedup inputs hold records to skip"
-            return self._check_range(ins.dir, ins.start, ins.end)
+            return self._check_range(ins.dir, ins.start, ins.end) or self._check_basis(ins)
         if isinstance(ins, Prune):
             newest = Position(self.end).roll if self.end else 0
             if not self.pruned_below < ins.below <= newest:
@@ -239,6 +248,19 @@ class SequencerState:
         is_dedup = is_dedup_topic(topic_of(ins.dir))
         if is_dedup != (ins.watermark is not None):
             return "watermark given for a topic that is not .dedup, or missing for one"
+        return self._check_basis(ins)
+
+    def _check_basis(self, ins: Merge | Skip) -> str:
+        """A leader filters a ``.dedup`` range against the watermark of the state it plans
+        on, which may hold proposals not committed yet. If one of them is rejected, what
+        it filtered out (or skipped) was decided against a watermark that never was:
+        applying it would drop ids nobody merged. So an instruction applies only on the
+        watermark it was planned against."""
+        if ins.basis == _LEGACY:
+            return ""
+        expected = self.watermark_of(ins.dir)
+        if ins.basis != expected:
+            return f"{ins.dir} filtered against watermark {ins.basis}, the topic's is {expected}"
         return ""
 
     def _check_range(self, dir_name: str, start: int, end: int) -> str:

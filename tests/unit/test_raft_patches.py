@@ -166,3 +166,37 @@ def test_a_conflicting_entry_removes_the_tail_from_there(tmp_path: Path) -> None
         ]
     finally:
         node.destroy()
+
+
+def test_a_follower_commits_no_further_than_what_the_leader_sent(tmp_path: Path) -> None:
+    """Raft's rule: a follower commits up to the last entry the message carried, never
+    into the rest of its log. Its tail may be an old leader's entries that the new
+    leader replaced; pysyncobj alone committed up to the end of the log."""
+    node, leader, _ = _follower(tmp_path)
+    try:
+        journal = node._link.journal()
+
+        def deliver(message: dict) -> None:
+            node._transport.deliver(leader, message)
+
+        def commit() -> int:
+            return int(node._obj._SyncObj__raftCommitIndex)
+
+        deliver(_append(1, 0, [(i, 1) for i in range(2, 11)], commit=3))  # an old leader
+        assert commit() == 3
+        # the new leader (term 2) holds 2..5 of term 1 and its own 6..9, committed; its
+        # first batch to this follower carries 2..5
+        deliver(_append(1, 0, [(i, 1) for i in range(2, 6)], commit=9))
+        assert commit() == 5  # 6..9 here are the old leader's, not the committed ones
+        deliver(_append(5, 1, [(i, 2) for i in range(6, 10)], commit=9))
+        assert commit() == 9
+        assert [tuple(journal[i])[1:] for i in range(len(journal))][5:] == [
+            (6, 2),
+            (7, 2),
+            (8, 2),
+            (9, 2),
+        ]
+        deliver(_append(9, 2, [], commit=9))  # a heartbeat matching the end: unchanged
+        assert commit() == 9
+    finally:
+        node.destroy()

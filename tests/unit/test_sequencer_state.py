@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import zlib
 
@@ -47,6 +48,7 @@ def merge_for(state: SequencerState, dir_name: str, start: int, ids: list[int]) 
         crc=zlib.crc32(record),
         ts=5,
         watermark=after,
+        basis=watermark,
     )
 
 
@@ -122,11 +124,64 @@ def test_dedup_watermark_drops_what_was_merged() -> None:
     assert s.watermarks == {"quotes.dedup": 5}
     m3 = merge_for(s, "quotes.dedup.pub-1", m1.end, [4, 5])
     assert m3.count == 0 and m3.watermark == 5  # a replay: nothing new...
-    skip = Skip(m3.dir, m3.start, m3.end, 9)  # ...so the leader proposes a skip instead
+    skip = Skip(m3.dir, m3.start, m3.end, 9, basis=5)  # ...so the leader proposes a skip
     seq = s.seq
     assert s.apply(skip.encode()) == skip
     assert s.inputs["quotes.dedup.pub-1"] == m3.end and s.seq == seq  # no merged record
     assert s.apply(skip.encode()) is None  # the same range again: already merged
+
+
+DEDUP_A, DEDUP_B = "quotes.dedup.pub-a", "quotes.dedup.pub-b"
+
+
+def test_a_skip_planned_on_a_merge_that_was_rejected_is_rejected_too() -> None:
+    """A leader plans on its proposals in flight: it merges pub-a's ids 1..3, then finds
+    pub-b's same ids already merged and proposes a skip. If the merge is rejected (say a
+    proposal before it failed and its seq no longer fits), the skip must not apply:
+    nobody merged those ids, and skipping them would lose them for good."""
+    committed = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    planned = committed.copy()
+    merge_a = merge_for(planned, DEDUP_A, start, [1, 2, 3])
+    assert planned.apply(merge_a.encode()) is not None
+    replay = merge_for(planned, DEDUP_B, start, [1, 2, 3])
+    assert replay.count == 0
+    skip_b = Skip(DEDUP_B, replay.start, replay.end, 9, basis=planned.watermark_of(DEDUP_B))
+
+    stale = Merge(**{**_fields(merge_a), "seq": 7})  # the merge, rejected as it arrives
+    assert committed.apply(stale.encode()) is None
+    assert committed.apply(skip_b.encode()) is None
+    assert "watermark 3" in committed.last_reject
+    assert DEDUP_B not in committed.inputs
+
+    # replanned from the committed state, pub-b's copy of the ids is merged
+    again = merge_for(committed, DEDUP_B, start, [1, 2, 3])
+    assert again.count == 3 and committed.apply(again.encode()) == again
+    assert committed.watermarks == {"quotes.dedup": 3}
+
+
+def test_a_merge_filtered_against_another_watermark_is_rejected() -> None:
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    assumed = s.copy()
+    assumed.watermarks["quotes.dedup"] = 2  # a proposal that never committed raised it
+    merge_b = merge_for(assumed, DEDUP_B, start, [1, 2, 3, 4])
+    assert merge_b.count == 2 and merge_b.basis == 2
+    assert s.apply(merge_b.encode()) is None
+    assert "filtered against watermark 2" in s.last_reject
+    assert s.apply(merge_for(s, DEDUP_B, start, [1, 2, 3, 4]).encode()) is not None
+
+
+def test_an_instruction_written_before_the_basis_field_applies_as_it_did() -> None:
+    """A node replaying its raft journal after an upgrade decides as before."""
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    merge_a = merge_for(s, DEDUP_A, start, [1, 2])
+    old = {k: v for k, v in _fields(merge_a).items() if k != "basis"}
+    assert s.apply(json.dumps({"t": "merge", **old}).encode()) is not None
+    skip = {"t": "skip", "dir": DEDUP_B, "start": start, "end": start + 40, "ts": 1}
+    assert s.apply(json.dumps(skip).encode()) is not None
+    assert s.inputs[DEDUP_B] == start + 40
 
 
 def test_decode_instruction_names_the_problem() -> None:

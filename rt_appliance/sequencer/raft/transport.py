@@ -196,6 +196,24 @@ class TlsTransport(Transport):  # type: ignore[misc]
             self.link.kick()
 
     # incoming side
+    def deliver(self, node: Node, message: dict[str, Any]) -> None:
+        """Hand a peer's message to raft, keeping raft's commit rule.
+
+        Raft lets a follower commit at most up to the last entry a leader's message
+        carried (or matched, for one without entries): what lies beyond it in the
+        follower's log may be an old leader's uncommitted tail. pysyncobj commits up to
+        the end of the log instead, which was safe only while it cut every tail; the
+        journal now keeps a tail no entry contradicts (:mod:`.journal`), so the commit
+        index a message brings is bounded here."""
+        if message.get("type") == "append_entries" and "prevLogIdx" in message:
+            carried = message.get("entries") or ()
+            last = int(message["prevLogIdx"]) + len(carried)
+            if message.get("transmission") == "finish":
+                last = int(message["prevLogIdx"]) + 1  # the pieces make one entry
+            if isinstance(message.get("commit_index"), int) and message["commit_index"] > last:
+                message = {**message, "commit_index": last}
+        self._onMessageReceived(node, message)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)
         self._connections.add(writer)
@@ -239,7 +257,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             if peer is not None and message.get("type") == "next_node_idx":
                 peer.answered(bool(message.get("success")))
             try:
-                self._onMessageReceived(node, message)
+                self.deliver(node, message)
             except Exception as exc:  # well-formed pickle, but not a message raft can take
                 log.exception("raft: a message from %s could not be handled", name)
                 self.link.refused("frame", f"{name}: unhandled message: {exc!r}")

@@ -15,7 +15,8 @@ the event loop          the push server (connections, replicas), the pull
                         its TLS connections, ``apply``), the sequencer's
                         control channel, reporter, planner loop, archiver
                         and observer
-the merger thread       the merged log's writes and syncs
+the merger thread       the merged log's writes and syncs (it wakes the pull
+                        server after each write, before the sync)
 worker threads          what the loop hands off and awaits: the push
                         server's syncs, raft's journal syncs, a planner
                         step that reads 64 KiB or more, large reads; they

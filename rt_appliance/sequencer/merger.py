@@ -183,11 +183,14 @@ class Merger:
             self.halted = ""
             if item is not None:
                 self.machine.done(item)
+            # the pull server may send what was written before it is synced: every record
+            # is a committed instruction's, so a node that loses it to a crash writes the
+            # same bytes again from its raft journal (or snapshot) and its inputs
+            self.on_progress()
             with self.machine.cond:
                 due = not self.machine.pending or len(self.machine.unsynced) >= SYNC_AFTER_ITEMS
             if due:
                 self.sync()
-            self.on_progress()
 
     def _carry_out(self, item: Committed) -> None:
         ins = item.instruction

@@ -102,13 +102,23 @@ class TlsTransport(Transport):  # type: ignore[misc]
         ):
             return True  # held back until the follower answers; raft resends from its answer
         # Nothing leaves before the journal is on disk (the term and the vote are already:
-        # the journal saves them when pysyncobj sets them). It is synced in a worker
-        # thread, and messages wait for the sync that covers what was written before them.
-        body = pickle.dumps(message, protocol=4)
-        frame = _LENGTH.pack(len(body)) + body
+        # the journal saves them when pysyncobj sets them), with one exception below. It
+        # is synced in a worker thread, and messages wait for the sync that covers what
+        # was written before them.
         journal = self.link.journal()
         if self.link.failure is not None:
             return False
+        if message.get("type") == "append_entries" and journal is not None:
+            message = _commit_only_synced(message, journal)
+            if journal.dirty and not self._held:
+                # Only a leader sends entries, and raft lets it send them before its own
+                # sync, so that both syncs run at once, as long as nothing counts them
+                # committed before it is on disk here too. The commit index a message
+                # carries is capped at what this journal's sync covers, and the leader
+                # applies an entry only once a sync covered it (RaftNode's apply).
+                self._sync_soon(journal)
+                return peer.send(_frame(message))
+        frame = _frame(message)
         if journal is None or (not journal.dirty and not self._held):
             return peer.send(frame)
         if len(self._held) >= RAFT_HELD_MAX:
@@ -146,7 +156,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         while self._held and self._held[0][2] <= journal.synced:
             peer, frame, _ = self._held.popleft()
             peer.send(frame)
-        if self._held:
+        if self._held or journal.dirty:  # a leader's entries sent meanwhile wait for none
             self._sync_soon(journal)
 
     def destroy(self) -> None:
@@ -263,3 +273,20 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 self.link.refused("frame", f"{name}: unhandled message: {exc!r}")
                 return
             self.link.kick()
+
+
+def _frame(message: dict[str, Any]) -> bytes:
+    body = pickle.dumps(message, protocol=4)
+    return _LENGTH.pack(len(body)) + body
+
+
+def _commit_only_synced(message: dict[str, Any], journal: SyncedJournal) -> dict[str, Any]:
+    """``message`` with a commit index no higher than what this journal's syncs cover.
+
+    pysyncobj's leader counts itself toward a commit as soon as an entry is in its
+    journal; a follower told so could apply an entry that only it and one unsynced
+    leader hold, which a power loss of the leader would take from the majority."""
+    commit = message.get("commit_index")
+    if isinstance(commit, int) and commit > journal.synced_index:
+        return {**message, "commit_index": journal.synced_index}
+    return message

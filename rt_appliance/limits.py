@@ -178,9 +178,6 @@ STATUS_ANSWER_S = 5.0
 
 # The planner's wait when nothing wakes it: only a safety net, every change wakes it.
 PLAN_IDLE_S = 1.0
-# The input directories' watcher: its wait before it lists the inputs again, and its
-# pause when a directory vanished between listing and watching.
-INPUT_WATCH_WAIT_S, INPUT_WATCH_RETRY_S = 0.2, 0.1
 # Bytes of an input file read at a time while finding where its whole records end.
 INPUT_SCAN_BYTES = 4 << 20
 # The leader's wait for a proposed prune to commit before the archiver looks again.

@@ -18,11 +18,11 @@ from rt_appliance.cli.lab import LabGroup
 from rt_appliance.cli.log_cmds import log_group
 from rt_appliance.cli.node_cmds import node
 from rt_appliance.cli.pubsub_cmds import publish, subscribe
-from rt_appliance.cli.pull_cmds import pull_client, pull_server
-from rt_appliance.cli.push_cmds import push_client, push_server
+from rt_appliance.cli.pull_cmds import pull_client
+from rt_appliance.cli.push_cmds import push_client
 from rt_appliance.cli.replication_cmds import replication
-from rt_appliance.cli.sequencer_cmds import sequencer, status
 from rt_appliance.cli.spark_cmds import spark_pipeline
+from rt_appliance.cli.status_cmds import status
 from rt_appliance.errors import RTError, UsageError
 
 
@@ -55,14 +55,11 @@ def cli(log_level: str) -> None:
 cli.add_command(publish)
 cli.add_command(subscribe)
 cli.add_command(log_group)
-cli.add_command(push_server)
 cli.add_command(push_client)
 cli.add_command(replication)
 cli.add_command(certs)
-cli.add_command(pull_server)
 cli.add_command(pull_client)
 cli.add_command(node)
-cli.add_command(sequencer)
 cli.add_command(status)
 cli.add_command(validate)
 cli.add_command(config_group)

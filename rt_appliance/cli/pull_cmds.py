@@ -1,8 +1,9 @@
-"""``rt pull-server`` and ``rt pull-client``: pull replication of the merged log."""
+"""``rt pull-client``: a subscriber host's copy of the merged log.
+
+A node's pull server runs inside ``rt node`` (:mod:`rt_appliance.node.process`)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 
@@ -12,44 +13,8 @@ from rt_appliance.cli.options import CONFIG, metrics_port_option
 from rt_appliance.config import load_config
 from rt_appliance.daemons.runner import run_daemon, serve_metrics
 from rt_appliance.replicate.pull_client import ClientMetrics, PullClient
-from rt_appliance.replicate.pull_server import PullServer, ServerMetrics
 
 log = logging.getLogger(__name__)
-
-
-@click.command("pull-server")
-@CONFIG
-@click.option("--node", required=True, help="Name of this RT node (as in the config's nodes).")
-@metrics_port_option("pull_server_metrics")
-def pull_server(config_path: Path, node: str, metrics_port: int | None) -> None:
-    """Serve this node's merged log to subscriber hosts (and other nodes).
-
-    Listens with mutual TLS on the node's host and ports.pull (5001). Serves
-    replication.pull_source ('{name}' is replaced by the node name), by default
-    <data_dir>/merged. A client that sends PULL {position} gets every record
-    from there on, then new records as the merged log grows (inotify), and a
-    PRUNE notice whenever the oldest file changes (the archiver deleted files).
-    A client whose position was pruned gets an error naming the oldest
-    available position. METADATA returns the topology (nodes, advertised
-    addresses, leader). Hosts whose certificate names a subscriber host or a
-    node may connect; others are refused and counted. Runs until SIGTERM or
-    SIGINT. See docs/REPLICATION_PULL.md.
-    """
-    config = load_config(config_path)
-    host = config.node(node).host
-    metrics = ServerMetrics()
-    server = PullServer(config, node, metrics)
-    port = config.ports.pull_server_metrics if metrics_port is None else metrics_port
-
-    async def main() -> None:
-        await server.start()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            await server.stop()
-
-    serve_metrics(metrics.registry, host, port)
-    run_daemon(f"pull-server {node}", main, server)
 
 
 @click.command("pull-client")

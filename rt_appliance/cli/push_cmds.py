@@ -1,4 +1,6 @@
-"""``rt push-server`` and ``rt push-client``: push replication daemons."""
+"""``rt push-client``: the push replication daemon of a publisher host.
+
+A node's push server runs inside ``rt node`` (:mod:`rt_appliance.node.process`)."""
 
 from __future__ import annotations
 
@@ -10,25 +12,6 @@ from rt_appliance.cli.options import CONFIG, metrics_port_option
 from rt_appliance.config import load_config
 from rt_appliance.daemons.runner import run_daemon, serve_metrics
 from rt_appliance.replicate.push_client import PushClient
-from rt_appliance.replicate.push_server import PushServer
-
-
-@click.command("push-server")
-@CONFIG
-@click.option("--node", required=True, help="Name of this RT node in the configuration.")
-@metrics_port_option("push_server_metrics")
-def push_server(config_path: Path, node: str, metrics_port: int | None) -> None:
-    """Receive publisher directories into DATA_DIR/in/ on this node (port `push`).
-
-    Accepts mutually authenticated connections from publisher hosts, resumes
-    each directory where its replica ends, accepts only whole CRC-valid records
-    that continue it exactly, syncs them and acknowledges. Runs until SIGTERM.
-    """
-    config = load_config(config_path)
-    server = PushServer(config, node)
-    port = config.ports.push_server_metrics if metrics_port is None else metrics_port
-    serve_metrics(server.metrics.registry, config.node(node).host, port)
-    run_daemon(f"push-server {node}", server.run, server)
 
 
 @click.command("push-client")

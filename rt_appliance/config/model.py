@@ -82,6 +82,14 @@ def _check_address(value: str) -> str:
     return value
 
 
+_REMOVED_PORTS = {
+    "push_server_metrics": "a node's push server runs inside rt node, whose metrics are "
+    "all on ports.sequencer_metrics",
+    "pull_server_metrics": "a node's pull server runs inside rt node, whose metrics are "
+    "all on ports.sequencer_metrics",
+}
+
+
 class Ports(_Model):
     """TCP ports; every one carries mutual TLS except the HTTP metrics ports."""
 
@@ -90,11 +98,18 @@ class Ports(_Model):
     push: Port = 5002  # push server: publisher files to this node
     raft: Port = 7100
     control: Port = 8000
-    sequencer_metrics: Port = 4000
-    push_server_metrics: Port = 4001
-    pull_server_metrics: Port = 4002
+    sequencer_metrics: Port = 4000  # rt node: its push server's, sequencer's, pull server's
     push_client_metrics: Port = 4003
     pull_client_metrics: Port = 4004
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, why in _REMOVED_PORTS.items():
+                if key in data:
+                    raise FieldProblem((key,), f"{key} is no longer a setting: {why}; delete it")
+        return data
 
 
 class NodeConfig(_Model):
@@ -216,7 +231,7 @@ class ReplicationConfig(_Model):
 
 
 class SequencerConfig(_Model):
-    """How the sequencer merges inputs and runs raft (``rt sequencer``)."""
+    """How the sequencer merges inputs and runs raft (inside ``rt node``)."""
 
     merged_roll_bytes: Size = 1 << 30  # merged log file size at which the next file starts
     max_range_bytes: Size = 1 << 20  # most input bytes one merge instruction copies

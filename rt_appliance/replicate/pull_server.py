@@ -1,4 +1,4 @@
-"""The pull server (``rt pull-server``): a node's merged log, streamed to subscriber hosts.
+"""The pull server (inside ``rt node``): a node's merged log, streamed to subscriber hosts.
 
 Per connection, after TLS and the HELLO/WELCOME identity check (subscriber hosts
 and nodes may pull)::

@@ -1,6 +1,6 @@
 """The push server: receives publisher directories into ``<data_dir>/in/`` on an RT node.
 
-One per node (``rt push-server``). A publisher host's push client connects,
+One per node, inside ``rt node``. A publisher host's push client connects,
 offers each of its directories; the server answers with where its replica ends
 (``RESUME``), then appends every ``DATA`` chunk that continues exactly there and
 holds whole, CRC-valid records, syncs it (``replication.fsync``) and acks the

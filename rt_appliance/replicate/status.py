@@ -102,12 +102,8 @@ def _push_rows(config: StreamConfig) -> list[ConnectionStatus]:
 
 
 def _node_samples(config: StreamConfig, host: str) -> Samples | None:
-    """A node's metrics: ``rt node`` serves all of them on ``ports.sequencer_metrics``
-    (a node run as separate daemons has its pull server's on ``pull_server_metrics``)."""
-    found = scrape(host, config.ports.sequencer_metrics)
-    if found is None or not any(name.startswith("rt_pull_server") for name in found):
-        found = scrape(host, config.ports.pull_server_metrics) or found
-    return found
+    """A node's metrics: ``rt node`` serves all of them on ``ports.sequencer_metrics``."""
+    return scrape(host, config.ports.sequencer_metrics)
 
 
 def _pull_rows(config: StreamConfig) -> list[ConnectionStatus]:

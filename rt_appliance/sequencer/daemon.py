@@ -1,4 +1,5 @@
-"""``rt sequencer``: raft, the control channel, the planner, the merger and the archiver.
+"""The sequencer of ``rt node``: raft, the control channel, the planner, the merger and
+the archiver.
 
 Who owns what. The event loop runs raft, and raft's heartbeats and votes wait for
 anything else it runs, so nothing on it blocks (waits on a lock another thread holds
@@ -6,7 +7,7 @@ long, syncs, walks a directory):
 
 * **the event loop**: pysyncobj (ticked by :meth:`RaftNode.run`; all of its state is
   read and changed here only: ``apply``, snapshots, ``RaftNode.status``), the raft,
-  control and report links (TLS), the watch of ``in/``, and the small loops that
+  control and report links (TLS), and the small loops that
   observe, archive and measure the loop's lag;
 * **worker threads** (``asyncio.to_thread``): the planner's large steps (a small one,
   a stream keeping up, runs on the loop), raft's journal
@@ -49,15 +50,12 @@ from rt_appliance.limits import (
     HEARTBEAT_EVERY_S,
     HOLDS_REPORT_WAIT_INTERVALS,
     INLINE_PLAN_BYTES,
-    INPUT_WATCH_RETRY_S,
-    INPUT_WATCH_WAIT_S,
     LAG_PROBE_S,
     LAG_WINDOW_S,
     OBSERVE_EVERY_S,
     PLAN_IDLE_S,
     PRUNE_COMMIT_WAIT_S,
 )
-from rt_appliance.log.watch import AsyncDirectoryWatcher
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.sequencer import archiver, holds
@@ -170,11 +168,10 @@ class Sequencer:
         config: StreamConfig,
         node_name: str,
         metrics_port: int | None,
-        held: Callable[[str], Position | None] | None = None,
+        held: Callable[[str], Position | None],
     ) -> None:
-        """``held``: in the node process, how far its push server holds an input, synced
-        (None: not known there); the inputs are then not watched, and the push server
-        calls :meth:`input_synced` after each sync."""
+        """``held``: how far the node's push server holds an input, synced (None: not
+        known there); the push server calls :meth:`input_synced` after each sync."""
         self.config, self.name = config, node_name
         node = config.node(node_name)
         self.data_dir = config.data_dir_of(node)
@@ -184,14 +181,12 @@ class Sequencer:
         self.inputs = Inputs(
             self.data_dir / "in", sync=config.replication.fsync != "never", held=held
         )
-        self._watch = held is None  # a daemon of its own: inotify on in/
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._wake = asyncio.Event()
         self._inputs_changed = asyncio.Event()
-        self._wake_taken = asyncio.Event()  # the planner loop took the last wake
         self.merger = Merger(
             config,
             node_name,
@@ -266,8 +261,6 @@ class Sequencer:
             asyncio.create_task(self._observe_loop(), name="observer"),
             asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
-        if self._watch:
-            tasks.append(asyncio.create_task(self._watch_inputs(), name="in-watch"))
         log.info(
             "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
         )
@@ -323,47 +316,12 @@ class Sequencer:
     def _report_cheap(self) -> bool:
         """Whether a report now is made from memory only, and may run on the loop: in the
         node process (the extents are the push server's) with the holds read recently."""
-        return (
-            not self._watch and self._own_holds is not None and time.monotonic() < self._holds_due
-        )
+        return self._own_holds is not None and time.monotonic() < self._holds_due
 
     def _hold_roll(self, first_roll: int) -> int | None:
         """The oldest merged roll a consumer on any node still needs (leader)."""
         own = [int(h.position) for h in holds.read_holds(self.data_dir)]
         return self._holds_seen.oldest_roll(own, first_roll, time.monotonic())
-
-    async def _watch_inputs(self) -> None:
-        """Wake the reporter and the planner when an input grows (or one appears).
-
-        A busy input is written many thousand times a second: changes made while the
-        reporter and the planner work queue in the kernel, and the next wait takes them
-        all as one wake.
-        """
-        in_dir = self.data_dir / "in"
-        watched: list[str] = []
-        w: AsyncDirectoryWatcher | None = None
-        try:
-            while True:
-                names = self.inputs.names()
-                if names != watched or w is None:
-                    if w is not None:
-                        w.close()
-                        w = None
-                    in_dir.mkdir(parents=True, exist_ok=True)
-                    try:
-                        w = AsyncDirectoryWatcher(in_dir, *(in_dir / n for n in names))
-                    except OSError:  # a directory vanished between listing and watching
-                        await asyncio.sleep(INPUT_WATCH_RETRY_S)
-                        continue
-                    watched = names
-                if await w.wait(INPUT_WATCH_WAIT_S):
-                    self._inputs_changed.set()
-                    self._wake.set()
-                    self._wake_taken.clear()
-                    await self._wake_taken.wait()  # the planner took it; later changes queue
-        finally:
-            if w is not None:
-                w.close()
 
     async def _plan_loop(self) -> None:
         """Plan on every wake. A step that reads little (a stream keeping up) runs on the
@@ -375,7 +333,6 @@ class Sequencer:
                 async with asyncio.timeout(PLAN_IDLE_S):  # no task per wait, as wait_for makes
                     await self._wake.wait()
             self._wake.clear()
-            self._wake_taken.set()
             if not self.raft.is_leader():
                 continue
             if inline:

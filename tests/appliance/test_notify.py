@@ -1,9 +1,10 @@
 """Every daemon under a stand-in for systemd: READY when it serves, pings from its loop,
 STOPPING and a clean exit on SIGTERM.
 
-Each daemon runs its real command line (`rt <role> ...`) with NOTIFY_SOCKET,
-WATCHDOG_USEC (1.5 s) and WATCHDOG_PID set as systemd sets them; the harness refuses any
-message that does not come from the daemon's own PID (NotifyAccess=main).
+Each daemon runs its real command line (`rt node`, `rt push-client`, `rt pull-client`)
+with NOTIFY_SOCKET, WATCHDOG_USEC (1.5 s) and WATCHDOG_PID set as systemd sets them; the
+harness refuses any message that does not come from the daemon's own PID
+(NotifyAccess=main).
 """
 
 from __future__ import annotations
@@ -38,13 +39,12 @@ def stream(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, StreamConfig
     return path, load_config(path)
 
 
-# role -> (the option naming the host, the host, the port READY promises, who connects)
-DAEMONS = {
-    "push-server": ("--node", "rt-1", "push", "pub-1"),
-    "sequencer": ("--node", "rt-1", "raft", "rt-1"),
-    "pull-server": ("--node", "rt-1", "pull", "sub-1"),
-    "push-client": ("--host", "pub-1", None, None),
-    "pull-client": ("--host", "sub-1", None, None),
+# command -> (the option naming the host, the host, the ports READY promises accept TLS,
+# each with who connects)
+DAEMONS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    "node": ("--node", "rt-1", (("push", "pub-1"), ("raft", "rt-1"), ("pull", "sub-1"))),
+    "push-client": ("--host", "pub-1", ()),
+    "pull-client": ("--host", "sub-1", ()),
 }
 
 
@@ -55,7 +55,7 @@ def harness(tmp_path: Path) -> Iterator[NotifyHarness]:
 
 
 def start(harness: NotifyHarness, stream: tuple[Path, StreamConfig], role: str) -> None:
-    option, host, _, _ = DAEMONS[role]
+    option, host, _ = DAEMONS[role]
     argv = [*RT, "--log-level", "info", role, "--config", str(stream[0]), option, host]
     argv += ["--metrics-port", "0"]
     harness.start(argv, {"RT_TEST_HOOKS": "1", "RT_TEST_FREEZE_S": str(FREEZE_S)})
@@ -74,12 +74,11 @@ def test_ready_watchdog_freeze_and_clean_stop(
     harness: NotifyHarness, stream: tuple[Path, StreamConfig], role: str
 ) -> None:
     _, config = stream
-    _, _, port_name, as_host = DAEMONS[role]
+    _, _, ports = DAEMONS[role]
     start(harness, stream, role)
 
     ready = harness.wait_for("READY", "1", timeout_s=60)
-    if port_name is not None:  # READY promises the port accepts TLS
-        assert as_host is not None
+    for port_name, as_host in ports:  # READY promises every port accepts TLS
         tls_handshake(config, getattr(config.ports, port_name), as_host)
     assert ready.fields.get("STATUS"), ready.fields
     assert not any("READY" in m.fields for m in harness.received[:-1])  # sent once
@@ -105,7 +104,7 @@ def test_ready_watchdog_freeze_and_clean_stop(
 def test_a_stopped_process_sends_no_pings(
     harness: NotifyHarness, stream: tuple[Path, StreamConfig]
 ) -> None:
-    start(harness, stream, "push-server")
+    start(harness, stream, "node")
     harness.wait_for("READY", "1", timeout_s=60)
     assert harness.process is not None
     harness.received.clear()
@@ -120,7 +119,7 @@ def test_a_stopped_process_sends_no_pings(
 def test_status_line_says_what_the_daemon_does(
     harness: NotifyHarness, stream: tuple[Path, StreamConfig]
 ) -> None:
-    start(harness, stream, "sequencer")
+    start(harness, stream, "node")
     ready = harness.wait_for("READY", "1", timeout_s=60)
     assert ready.fields["STATUS"].split(",")[0] in {"follower", "candidate", "leader"}
     # A single node elects itself: the status line follows.

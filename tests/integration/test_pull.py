@@ -1,5 +1,6 @@
-"""Pull replication with real processes and real mutual TLS: three `rt pull-server`s, each
-serving an identical "merged" directory, and `rt pull-client`s keeping local copies."""
+"""Pull replication with real processes and real mutual TLS: three nodes' pull servers
+(each alone in its process, ``rt_lab.testing.server_alone``), each serving an
+identical "merged" directory, and `rt pull-client`s keeping local copies."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from rt_appliance.replicate.topology import Endpoint, candidate_order
 from rt_appliance.transport.messages import FrameType, decode_control
 from rt_appliance.transport.session import connect
 from rt_appliance.transport.tls import client_context
+from rt_lab.testing import server_alone
 from rt_lab.testing.checkers import log_files, same_log_files
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from tests.integration.test_merged_log import build_merged
@@ -91,14 +93,17 @@ class Cluster:
         for node in NODES:
             mirror(self.published, self.source(node))
 
-    def start(self, name: str, *args: str) -> Daemon:
+    def start(self, name: str, *args: str, program: list[str] | None = None) -> Daemon:
         port = self.metrics_ports[name] = free_port(self._address(name))
-        daemon = Daemon(name, [*args, "--metrics-port", str(port)], self.work / "logs")
+        daemon = Daemon(
+            name, [*args, "--metrics-port", str(port)], self.work / "logs", program=program
+        )
         self.daemons[name] = daemon
         return daemon.start()
 
     def server(self, node: str) -> Daemon:
-        return self.start(node, "pull-server", "--config", str(self.config_path), "--node", node)
+        alone = server_alone.command("pull", self.config_path, node, metrics_port=None)
+        return self.start(node, program=alone)
 
     def client(self, host: str) -> Daemon:
         return self.start(host, "pull-client", "--config", str(self.config_path), "--host", host)

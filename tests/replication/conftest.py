@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.config import StreamConfig, load_config
+from rt_lab.testing import server_alone
 from rt_lab.testing.cluster import Daemon, write_local_config
 
 
@@ -19,17 +20,15 @@ class Stream:
     config: StreamConfig
     daemons: list[Daemon] = field(default_factory=list)
 
-    def push_server(self, node: str) -> Daemon:
-        args = [
-            "push-server",
-            "--config",
-            str(self.config_path),
-            "--node",
-            node,
-            "--metrics-port",
-            "0",
-        ]
-        return self.start(Daemon(f"push-server-{node}", args, self.work / "logs"))
+    def push_server(self, node: str, metrics_port: int | None = 0) -> Daemon:
+        """Node ``node``'s push server alone (``metrics_port`` None: the node's port)."""
+        argv = server_alone.command("push", self.config_path, node, metrics_port)
+        return self.start(Daemon(f"push-server-{node}", [], self.work / "logs", program=argv))
+
+    def pull_server(self, node: str, metrics_port: int | None = 0) -> Daemon:
+        """Node ``node``'s pull server alone (``metrics_port`` None: the node's port)."""
+        argv = server_alone.command("pull", self.config_path, node, metrics_port)
+        return self.start(Daemon(f"pull-server-{node}", [], self.work / "logs", program=argv))
 
     def push_client(self, host: str = "pub-1", metrics_port: int | None = 0) -> Daemon:
         """``metrics_port`` None: the configuration's port."""

@@ -1,4 +1,4 @@
-"""FETCH with a real `rt pull-server` and real mutual TLS: node rt-2 reads raw bytes of
+"""FETCH with a real pull server (alone in its process) and real mutual TLS: rt-2 reads raw bytes of
 rt-1's merged log and of its replica of a publisher directory."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from rt_appliance.replicate.fetch import FETCH_ROLE, Fetched, FetchRequest, Peer
 from rt_appliance.transport.messages import FrameType, decode_control, encode_fetched
 from rt_appliance.transport.session import connect
 from rt_appliance.transport.tls import client_context
+from rt_lab.testing import server_alone
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from tests.integration.test_merged_log import build_merged
 from tests.integration.test_pull import free_port, log_files
@@ -58,8 +59,8 @@ class Served:
         return self.work / "data" / "rt-1" / "in" / "trades.pub-1"
 
     def start(self) -> Daemon:
-        args = ["pull-server", "--config", str(self.config_path), "--node", "rt-1"]
-        daemon = Daemon("rt-1", [*args, "--metrics-port", str(self.metrics_port)], self.work)
+        argv = server_alone.command("pull", self.config_path, "rt-1", self.metrics_port)
+        daemon = Daemon("rt-1", [], self.work, program=argv)
         self.daemons.append(daemon.start())
         count = len(self.daemons)
         wait_until(lambda: daemon.log().count(" serves ") >= count, 10, "rt-1 to listen")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.config import load_config
+from rt_lab.testing import server_alone
 from rt_lab.testing.checkers import log_files, same_log_files
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from rt_lab.testing.netns import NetnsHost
@@ -45,17 +46,11 @@ def test_cut_link_then_heal_node_catches_up(tmp_path: Path, netns_host: NetnsHos
     try:
         for node in config.nodes:
             prefix = netns_host.prefix if node.name == "rt-1" else None
-            args = [
-                "push-server",
-                "--config",
-                str(path),
-                "--node",
-                node.name,
-                "--metrics-port",
-                "0",
-            ]
+            argv = server_alone.command("push", path, node.name)
             daemons.append(
-                Daemon(f"push-server-{node.name}", args, tmp_path / "logs", prefix).start()
+                Daemon(
+                    f"push-server-{node.name}", [], tmp_path / "logs", prefix, program=argv
+                ).start()
             )
         root = config.data_dir_of(config.publisher("pub-1")) / "pub"
         source = root / "trades.pub-1"

@@ -177,13 +177,7 @@ def test_replication_status_shows_pull_connections(make_stream: Callable[..., St
     for f in (merged.parent / "scratch" / "trades.pub-1").glob("log.*"):
         (merged / f.name).write_bytes(f.read_bytes())
     cfg = str(stream.config_path)
-    stream.start(
-        Daemon(
-            "pull-server-rt-1",
-            ["pull-server", "--config", cfg, "--node", "rt-1"],
-            stream.work / "logs",
-        )
-    )
+    stream.pull_server("rt-1", metrics_port=None)  # where rt replication status looks
     stream.start(
         Daemon(
             "pull-client-sub-1",

@@ -17,7 +17,7 @@ import pytest
 
 from rt_appliance.log.recovery import verify_file
 from rt_lab.testing.checkers import log_files, same_log_files
-from rt_lab.testing.cluster import Daemon, wait_until
+from rt_lab.testing.cluster import wait_until
 from tests.replication.conftest import Stream
 from tests.replication.test_push import NODES, publish
 
@@ -63,9 +63,7 @@ def test_a_full_disk_keeps_whole_records_and_the_node_catches_up(
     stream, data = full_node
     servers = {node: stream.push_server(node) for node in NODES if node != "rt-1"}
     metrics_port = free_port()
-    args = ["push-server", "--config", str(stream.config_path), "--node", "rt-1"]
-    args += ["--metrics-port", str(metrics_port)]
-    servers["rt-1"] = stream.start(Daemon("push-server-rt-1", args, stream.work / "logs"))
+    servers["rt-1"] = stream.push_server("rt-1", metrics_port)
     stream.push_client()
     publish(stream.pub_root(), 80)  # about 3 MB: more than rt-1's 1 MB holds
     source = log_files(stream.pub_root() / "trades.pub-1")

@@ -53,11 +53,8 @@ PORTS: dict[str, tuple[str, str, struct.Struct, str]] = {
     "control": ("sequencer", "rt-2", struct.Struct("<IB"), "rt_sequencer_refused"),
     "pull": ("pull-server", "sub-1", struct.Struct("<IB"), "rt_pull_server_rejected"),
 }
-METRICS_PORT = {
-    "push-server": "push_server_metrics",
-    "sequencer": "sequencer_metrics",
-    "pull-server": "pull_server_metrics",
-}
+# the node process serves every part's metrics on one endpoint
+METRICS_PORT = {"sequencer": "sequencer_metrics"}
 
 
 class _Tls:
@@ -234,13 +231,13 @@ def _fds(pid: int) -> int:
 
 def _metrics_daemons(stream: LocalStream) -> list[str]:
     """The processes of rt-1 with a metrics endpoint: rt node serves all on one."""
-    return ["sequencer"] if stream.layout == "node" else list(METRICS_PORT)
+    return list(METRICS_PORT)
 
 
 def _metric(stream: LocalStream, daemon: str, name: str) -> float:
     """The sum of every sample of counter ``name`` the daemon of rt-1 exports (in the
     node layout the node process, whichever part counts it)."""
-    key = "sequencer_metrics" if stream.layout == "node" else METRICS_PORT[daemon]
+    key = METRICS_PORT["sequencer"]
     port = getattr(stream.config.ports, key)
     host = stream.config.node(NODE).host
     with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as answer:
@@ -267,7 +264,7 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
     feed.publish(1, 2000)
     check_stream(stream, [feed])
     tls = _Tls(stream)
-    daemons = stream.node_daemons(NODE)
+    daemons = {"sequencer": stream.node_daemon(NODE)}
     pids = {role: d.proc.pid for role, d in daemons.items() if d.proc is not None}
     before_fds = {role: _fds(pid) for role, pid in pids.items()}
     before_rss = {role: _rss(pid) for role, pid in pids.items()}

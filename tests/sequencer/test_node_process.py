@@ -38,8 +38,8 @@ def gauge(text: str, name: str) -> float:
 def test_one_process_per_node_with_every_metric(local_stream) -> None:  # type: ignore[no-untyped-def]
     stream = local_stream(nodes=3).start()
     stream.wait_leader()
-    assert set(stream.node_daemons("rt-1")) == {"sequencer"}
-    assert stream.node_daemons("rt-1")["sequencer"].args[0] == "node"
+    assert stream.node_daemon("rt-1").name == "sequencer-rt-1"
+    assert stream.node_daemon("rt-1").args[0] == "node"
     feed = Feed(stream, "pub-1", "trades")
     feed.publish(1, 2000)
     check_stream(stream, [feed])

@@ -58,9 +58,8 @@ def test_minority_partition_then_heal(tmp_path: Path, namespaces: list[NetnsHost
     daemons: list[Daemon] = []
     try:
         for ns, node in zip(namespaces, config.nodes, strict=True):
-            for role in ("push-server", "sequencer", "pull-server"):
-                args = [role, "--config", str(path), "--node", node.name]
-                daemons.append(Daemon(f"{role}-{node.name}", args, logs, ns.prefix).start())
+            args = ["node", "--config", str(path), "--node", node.name]
+            daemons.append(Daemon(f"sequencer-{node.name}", args, logs, ns.prefix).start())
         for role, host in (("push-client", "pub-1"), ("pull-client", "sub-1")):
             args = [role, "--config", str(path), "--host", host]
             daemons.append(Daemon(f"{role}-{host}", args, logs).start())

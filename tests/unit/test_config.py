@@ -90,6 +90,7 @@ replication:
         ("- just\n- a list\n", "mapping"),
         (MINIMAL + "  - name: rt-2\n    host: 127.0.0.2\n", "1, 3, 5 or 7 nodes, not 2"),
         ("stream: [unclosed\n", "not valid YAML"),
+        (MINIMAL + "ports:\n  push_server_metrics: 4001\n", "runs inside rt node"),
     ],
 )
 def test_rules(text: str, expected: str) -> None:
@@ -113,7 +114,7 @@ def test_command_with_a_bad_config_exits_2_and_writes_nothing(tmp_path: Path) ->
             sys.executable,
             "-m",
             "rt_appliance.cli",
-            "push-server",
+            "node",
             "--config",
             str(bad),
             "--node",

@@ -19,6 +19,7 @@ from rt_appliance.limits import MAX_PAYLOAD_BYTES
 from rt_appliance.publish import Publisher
 from rt_appliance.subscribe import Subscriber
 from rt_lab.bench.stats import Result, percentile
+from rt_lab.testing import server_alone
 from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from rt_lab.testing.stream import LocalStream
 
@@ -39,7 +40,12 @@ class _Stream:
         self.config = load_config(self.path)
         self.work = work
         self.root = self.config.data_dir_of(self.config.publisher("pub-1")) / "pub"
-        self.daemons = [self._daemon("push-server", "--node", n) for n in NODES]
+        self.daemons = [self._push_server(n) for n in NODES]
+
+    def _push_server(self, node: str) -> Daemon:
+        """The node's push server alone: this bench measures replication only."""
+        argv = server_alone.command("push", self.path, node)
+        return Daemon(f"push-server-{node}", [], self.work / "logs", program=argv).start()
 
     def _daemon(self, kind: str, flag: str, name: str) -> Daemon:
         args = [kind, "--config", str(self.path), flag, name, "--metrics-port", "0"]
@@ -161,7 +167,8 @@ def large_records_memory(
     daemon's baseline RSS and peak RSS growth meanwhile ({role: bytes}, the largest over
     that role's daemons)."""
     stream = LocalStream(work, nodes=3, extra={"replication": {"delete_acked": True}})
-    roles = ("push-client", "push-server", "pull-server", "pull-client")
+    # the node processes (rt node, keyed as their unit: sequencer-<node>) and the clients
+    roles = ("push-client", "sequencer", "pull-client")
     try:
         stream.start()
         stream.wait_leader()
@@ -191,8 +198,11 @@ def large_records_memory(
         elapsed = time.perf_counter() - start
     finally:
         stream.stop()
-    baseline = {r: max(v for n, v in base.items() if n.startswith(r)) for r in roles}
-    growth = {r: max(peak[n] - base[n] for n in pids if n.startswith(r)) for r in roles}
+    label = {"sequencer": "node"}  # rt node: push server, sequencer and pull server
+    baseline = {label.get(r, r): max(v for n, v in base.items() if n.startswith(r)) for r in roles}
+    growth = {
+        label.get(r, r): max(peak[n] - base[n] for n in pids if n.startswith(r)) for r in roles
+    }
     return elapsed, baseline, growth
 
 

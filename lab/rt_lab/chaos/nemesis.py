@@ -77,12 +77,8 @@ class Nemesis:
 
     def _daemons(self, fault: Fault) -> list[Daemon]:
         variant = fault.variant
-        if variant in NODE_ROLES:
-            return [self.stream.node_daemon(n, variant) for n in self._nodes(fault.target)]
-        if variant == "node":
-            return [
-                d for n in self._nodes(fault.target) for d in self.stream.node_daemons(n).values()
-            ]
+        if variant in NODE_ROLES or variant == "node":  # each a part of the node's process
+            return [self.stream.node_daemon(n) for n in self._nodes(fault.target)]
         if variant == "push-client":
             return [self.stream.publisher_daemon(fault.target)]
         if variant == "pull-client":
@@ -183,7 +179,7 @@ class Nemesis:
         if not disks or len(disks) != len(self.world.disks):
             raise RuntimeError("power loss needs every node on a loop-mounted disk")
         names = self.stream.node_names
-        daemons = [d for n in names for d in self.stream.node_daemons(n).values() if d.running]
+        daemons = [d for d in map(self.stream.node_daemon, names) if d.running]
         for d in daemons:
             d.send(signal.SIGSTOP)  # every node at the same instant
         try:

@@ -100,14 +100,6 @@ __all__ = ["cluster_bench"]
     "(rt push-client on each publisher host, rt pull-client on the subscriber host)",
 )
 @option(
-    "--layout",
-    click.Choice(["node", "daemons"]),
-    "node",
-    "How each node runs: `node`, one process (rt node), or `daemons`, rt push-server, "
-    "rt sequencer and rt pull-server. The merge measurement always runs with the "
-    "daemons (its push servers fill the inputs before any sequencer starts)",
-)
-@option(
     "--latency-samples",
     click.Path(dir_okay=False, writable=True, path_type=Path),
     None,
@@ -150,7 +142,6 @@ def cluster_bench(
     replication_fsync: str | None,
     nice: int,
     clients: str,
-    layout: str,
     latency_samples: Path | None,
     stall_seconds: float,
     restart_seconds: float,
@@ -158,8 +149,7 @@ def cluster_bench(
     """A 3-node stream end to end: throughput, merge rate, failover, latency, memory.
 
     Starts a whole stream of real processes with mutual TLS on this machine (per
-    node on 127.0.0.1-3: rt node, or with --layout daemons rt push-server, rt
-    sequencer, rt pull-server), a fresh one per run. The publishing applications
+    node on 127.0.0.1-3: rt node), a fresh one per run. The publishing applications
     (one per publisher host, pub-1 and pub-2) and the subscribing application
     (following sub-1's copy of the merged log) are processes of their own; by
     default they replicate and pull themselves (--clients). 100-byte payloads.
@@ -181,10 +171,10 @@ def cluster_bench(
                 (sent, in a majority's in/, synced, reported, planned, proposed,
                 the raft journals, committed, applied, merged, pulled, copied,
                 delivered) the time since publish (p50, p99); the nodes' CPU
-                (each role's with --layout daemons) and the applications', as a
-                share of one core, during the traffic, and the nodes' during 10 s
-                with no traffic before it
-    memory      RSS of every rt sequencer while --memory-messages pass (once)
+                (and the client daemons' with --clients daemons) and the
+                applications', as a share of one core, during the traffic,
+                and the nodes' during 10 s with no traffic before it
+    memory      RSS of every rt node process while --memory-messages pass (once)
 
     A run that makes no progress for --stall-seconds is reported with the nodes'
     status and the end of the sequencers' logs, kept under --workdir, and left out
@@ -210,7 +200,6 @@ def cluster_bench(
         replication_fsync=replication_fsync,
         nice=nice,
         clients=clients,
-        layout=layout,
         latency_samples=latency_samples,
         stall_s=stall_seconds,
         restart_s=restart_seconds,

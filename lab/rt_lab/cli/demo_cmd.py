@@ -75,7 +75,7 @@ def demo(
 
     Writes a configuration for NODES nodes on 127.0.0.1, .2, .3 ... with a
     certificate per host, and starts the real daemons as processes: on every
-    node `rt push-server`, `rt sequencer` and `rt pull-server`; `rt push-client`
+    node `rt node` (push server, sequencer and pull server); `rt push-client`
     on the publisher hosts pub-1 and pub-2; `rt pull-client` on the subscriber
     host sub-1. Two publisher applications write numbered JSON trades (pub-1 topic
     trades, pub-2 topic quotes); an `rt subscribe --follow` process reads sub-1's

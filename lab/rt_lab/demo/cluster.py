@@ -4,7 +4,7 @@ Steps, each printed as it happens:
 
 1. write ``rt.yaml`` for 1/3/5/7 nodes on 127.0.0.1, .2, .3 ... and make certificates;
 2. start every daemon as its own process (:class:`LocalStream`): per node
-   ``rt push-server``, ``rt sequencer``, ``rt pull-server``; ``rt push-client`` on the
+   ``rt node`` (push server, sequencer and pull server); ``rt push-client`` on the
    publisher hosts pub-1 and pub-2; ``rt pull-client`` on the subscriber host sub-1;
 3. wait until the sequencers elect a leader;
 4. start the subscriber application: ``rt subscribe --follow`` on sub-1's copy of the
@@ -203,7 +203,7 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = ""
     seq_before = _merged_seq(before)
     say(f"   {when}killing the leader: SIGKILL to {leader}'s process (merged seq {seq_before})")
     killed_at = time.monotonic()
-    stream.kill_node(leader, signal.SIGKILL, roles="sequencer")
+    stream.kill_node(leader, signal.SIGKILL)
 
     def recovered() -> bool:
         try:
@@ -229,7 +229,7 @@ def _kill_leader(stream: LocalStream, say: Say, timeout_s: float, when: str = ""
         say(f"   the merged log advances again: failover took {result.failover_s:.2f}s")
     except TimeoutError:
         say(f"   no failover within {timeout_s:g}s")
-    stream.start_node(leader, roles="sequencer")
+    stream.start_node(leader)
     say(f"   restarted {leader}; it catches up by itself")
     return result
 
@@ -365,10 +365,7 @@ def _run(
     stream.start()
     pids = stream.pids()
     for node in stream.node_names:
-        roles = ", ".join(f"{r} {pids.get(f'{r}-{node}')}" for r in stream.node_daemons(node))
-        if stream.layout == "node":  # one process: push server, sequencer, pull server
-            roles = f"rt node {pids.get(f'sequencer-{node}')}"
-        say(f"   {node}: {roles}")
+        say(f"   {node}: rt node {pids.get(f'sequencer-{node}')}")
     for host in PUBLISHERS:
         say(f"   {host}: push-client {pids.get(f'push-client-{host}')}")
     say(f"   {SUBSCRIBER}: pull-client {pids.get(f'pull-client-{SUBSCRIBER}')}")

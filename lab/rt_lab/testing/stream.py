@@ -5,8 +5,10 @@
 127.0.2.x, certificates in ``work/tls``) and runs every daemon as its own
 process (:class:`Daemon`), its output in ``work/logs/<role>-<host>.log``:
 
-* per node: ``rt push-server``, ``rt sequencer`` and ``rt pull-server``;
-* per publisher host: ``rt push-client``; per subscriber host: ``rt pull-client``.
+* per node: ``rt node`` (push server, sequencer and pull server in one process),
+  named ``sequencer-<node>`` as its unit is (``rt-sequencer.service``);
+* per publisher host: ``rt push-client``; per subscriber host: ``rt pull-client``
+  (unless the applications replicate and pull in process).
 
 :meth:`LocalStream.status` runs ``rt status --json`` as an operator would;
 :meth:`LocalStream.quick_status` asks the same of the nodes from this process,
@@ -14,8 +16,8 @@ cheaply enough to poll in a loop (``leader`` and ``wait_leader`` use it), and
 :meth:`LocalStream.node_status` gives each node's answer as a typed
 :class:`~rt_appliance.nodestatus.NodeStatus`.
 
-Faults act on a node's daemons (all of them, or chosen roles such as only the
-sequencer) with :meth:`LocalStream.kill_node` and :meth:`LocalStream.start_node`.
+Faults act on a node's process with :meth:`LocalStream.kill_node` and
+:meth:`LocalStream.start_node`.
 :meth:`LocalStream.stop` ends every process it started, also when used as a
 context manager that is left by an exception.
 
@@ -51,12 +53,17 @@ from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 if TYPE_CHECKING:
     from rt_appliance.nodestatus import Answer
 
-__all__ = ["NODE_ROLES", "LocalStream", "free_ports", "listen_port_range", "ports_in_use"]
+__all__ = [
+    "NODE_PROCESS",
+    "NODE_ROLES",
+    "LocalStream",
+    "free_ports",
+    "listen_port_range",
+    "ports_in_use",
+]
 
-NODE_ROLES = ("push-server", "sequencer", "pull-server")  # what every node runs
-# layout "node": one process per node, ``rt node``, named "sequencer-<node>" as its unit
-# is (rt-sequencer.service); layout "daemons": the three daemons of the roles above.
-Layout = Literal["node", "daemons"]
+NODE_ROLES = ("push-server", "sequencer", "pull-server")  # what every node process runs
+NODE_PROCESS = "sequencer"  # a node's process is keyed as its unit: rt-sequencer.service
 _RT = (sys.executable, "-m", "rt_appliance.cli")
 STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL after this long
 
@@ -155,12 +162,8 @@ class LocalStream:
         ports: Literal["free", "default"] = "free",
         prefixes: Mapping[str, list[str]] | None = None,
         environments: Mapping[str, Mapping[str, str]] | None = None,
-        layout: Layout = "node",
     ) -> None:
         self.work = Path(work)
-        self.layout = layout
-        # the processes of a node: one (rt node) or one per role
-        self.node_roles: tuple[str, ...] = ("sequencer",) if layout == "node" else NODE_ROLES
         self.prefixes = dict(prefixes or {})  # host -> command prefix (a network namespace)
         self.environments = dict(environments or {})  # host -> variables its daemons get
         self.log_dir = self.work / "logs"
@@ -195,8 +198,8 @@ class LocalStream:
     def _daemon(self, role: str, host: str) -> Daemon:
         key = f"{role}-{host}"
         if key not in self.daemons:
-            option = "--node" if role in NODE_ROLES else "--host"
-            command = "node" if self.layout == "node" and role == "sequencer" else role
+            option = "--node" if role == NODE_PROCESS else "--host"
+            command = "node" if role == NODE_PROCESS else role
             args = [command, "--config", str(self.views.get(host, self.config_path)), option, host]
             env = self.environments.get(host)
             self.daemons[key] = Daemon(
@@ -220,43 +223,21 @@ class LocalStream:
             raise
         return self
 
-    def node_daemons(self, name: str) -> dict[str, Daemon]:
-        """``{process: daemon}`` of node ``name``: ``sequencer`` (the ``rt node``
-        process), or push-server, sequencer and pull-server (layout "daemons")."""
+    def node_daemon(self, name: str) -> Daemon:
+        """The ``rt node`` process of node ``name``."""
         self.config.node(name)  # a clear error for an unknown node
-        return {role: self._daemon(role, name) for role in self.node_roles}
+        return self._daemon(NODE_PROCESS, name)
 
-    def node_daemon(self, name: str, role: str) -> Daemon:
-        """The process of node ``name`` that runs ``role`` (in layout "node", the node's)."""
-        return self.node_daemons(name)[self._roles(role)[0]]
+    def kill_node(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to node ``name``'s process and wait for it to exit: SIGKILL is a
+        crash, SIGTERM a clean stop."""
+        self.node_daemon(name).kill(sig)
 
-    def _roles(self, roles: str | Iterable[str] | None) -> list[str]:
-        """The processes that run ``roles`` (all of the node's for None), each once."""
-        chosen = (
-            list(NODE_ROLES) if roles is None else [roles] if isinstance(roles, str) else [*roles]
-        )
-        unknown = [r for r in chosen if r not in NODE_ROLES]
-        if unknown:
-            raise ValueError(f"unknown node roles {unknown}; a node runs {', '.join(NODE_ROLES)}")
-        if self.layout == "node":
-            return ["sequencer"]
-        return chosen
-
-    def kill_node(
-        self, name: str, sig: int = signal.SIGKILL, roles: str | Iterable[str] | None = None
-    ) -> None:
-        """Send ``sig`` to the daemons of node ``name`` (all, or ``roles``) and wait for
-        them to exit: SIGKILL is a crash, SIGTERM a clean stop."""
-        daemons = self.node_daemons(name)
-        for role in self._roles(roles):
-            daemons[role].kill(sig)
-
-    def start_node(self, name: str, roles: str | Iterable[str] | None = None) -> None:
-        """Start the daemons of node ``name`` (all, or ``roles``) that are not running."""
-        daemons = self.node_daemons(name)
-        for role in self._roles(roles):
-            if not daemons[role].running:
-                daemons[role].start()
+    def start_node(self, name: str) -> None:
+        """Start node ``name``'s process unless it is running."""
+        daemon = self.node_daemon(name)
+        if not daemon.running:
+            daemon.start()
 
     def publisher_daemon(self, host: str) -> Daemon:
         """The ``rt push-client`` of publisher host ``host``."""

@@ -78,7 +78,7 @@ def _kills_in_stream(b: Bench, out: FailoverRun, work: Path) -> None:
             f"{kill.failover_s:.2f}s"
         )
         restarted = time.monotonic()
-        b.stream.start_node(kill.killed, roles="sequencer")
+        b.stream.start_node(kill.killed)
         if not wait_caught_up(b, kill.killed, opts.restart_s):
             note = (
                 f"the restarted sequencer of {kill.killed} was not back in step "
@@ -103,7 +103,7 @@ def kill_leader(b: Bench, k: int) -> Kill:
     before = max(highest(status, "committed_seq"), highest(status, "merged_seq"))
     others = [n for n in b.stream.node_names if n != leader]
     killed_at = time.monotonic()
-    b.stream.kill_node(leader, signal.SIGKILL, roles="sequencer")
+    b.stream.kill_node(leader, signal.SIGKILL)
     elected: float | None = None
     while True:
         b.check_daemons(allowed=[f"sequencer-{leader}"])

@@ -95,9 +95,6 @@ class ClusterBenchOptions:
     # "in-process": the applications' own Publisher(replicate=) and Subscriber(pull=), as a
     # Python application runs by default; "daemons": rt push-client and rt pull-client
     clients: str = "in-process"
-    # "node": one process per node (rt node); "daemons": rt push-server, rt sequencer and
-    # rt pull-server per node
-    layout: str = "node"
 
     @property
     def in_process(self) -> bool:
@@ -127,10 +124,7 @@ def describe_config(opts: ClusterBenchOptions) -> str:
         + (f"{opts.max_range_bytes >> 10} KiB" if opts.max_range_bytes else "1 MiB (default)"),
         "every other key at its default as LocalStream writes it (reconnects from 50 ms)",
     ]
-    if opts.layout == "node":
-        items.append("each node one process (rt node)")
-    else:
-        items.append("each node three daemons (rt push-server, rt sequencer, rt pull-server)")
+    items.append("each node one process (rt node)")
     if opts.in_process:
         items.append("clients in the applications: Publisher(replicate=...), Subscriber(pull=...)")
     else:
@@ -296,7 +290,6 @@ class Bench:
             PUBLISHERS,
             [SUBSCRIBER],
             extra=opts.overrides(),
-            layout="node" if opts.layout == "node" else "daemons",
         )
         self.poller = StatusPoller(self.stream.config, SUBSCRIBER, STATUS_TIMEOUT_S, RETRY_S)
         self.children: list[Child] = []

@@ -1,4 +1,4 @@
-"""``memory``: RSS (``/proc/<pid>/status``) of each ``rt sequencer`` process sampled while
+"""``memory``: RSS (``/proc/<pid>/status``) of each node's process (``rt node``) sampled while
 ``memory_messages`` messages pass through the stream."""
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""``merge``: the sequencers alone. The same messages are published and pushed to every
-node with the sequencers stopped; then the sequencers start, and the figure is the
+"""``merge``: the sequencers alone. The same messages are published and copied into
+every node's inputs before any node starts; then the nodes start, and the figure is the
 messages over the time from a leader being elected to every node's merged log holding
 all of them."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -19,53 +20,42 @@ from rt_lab.bench.cluster.harness import (
     ClusterBenchOptions,
     Progress,
     highest,
-    input_size,
 )
-from rt_lab.testing.cluster import wait_until
 
 __all__ = ["measure_merge"]
 
 
 def measure_merge(opts: ClusterBenchOptions, work: Path, progress: Progress) -> float:
-    """msg/s of the sequencers alone, merging inputs that every node already holds (the
-    roles as daemons of their own: the push servers fill the inputs, then the sequencers
-    start)."""
-    opts = replace(opts, layout="daemons", clients="daemons")
+    """msg/s of the sequencers alone, merging inputs that every node already holds: the
+    publishers write locally (no replication), their files are copied into every node's
+    ``in/`` as a push server would have written them, then the nodes start."""
+    opts = replace(opts, clients="daemons")  # the applications write, nothing replicates
     with Bench(opts, work, progress) as b:
         ends = _input_on_every_node(b, opts.messages)
         os.sync()  # the input on disk: the clock measures merging only
         for node in b.stream.node_names:
-            b.stream.start_node(node, roles="sequencer")
+            b.stream.start_node(node)
         b.wait_leader()
         seconds = _time_merging(b, ends)
     return 2 * opts.messages / seconds
 
 
 def _input_on_every_node(b: Bench, n: int) -> dict[str, int]:
-    """Publish ``n`` messages from each publisher and wait until every node holds them
-    (no sequencer running); ``{input name: its end position}``."""
+    """Publish ``n`` messages from each publisher and copy them into every node's
+    inputs (no node running); ``{input name: its end position}``."""
     s = b.stream
-    for node in s.node_names:
-        s.start_node(node, roles=["push-server", "pull-server"])
-    for host in PUBLISHERS:
-        s.publisher_daemon(host).start()
     for p in b.publishers(n):
         p.finish(timeout_s=600)
     sources = {host: s.publisher_dir(host, topics[0]) for host, topics in PUBLISHERS.items()}
     ends = {
         f"{t[0]}.{h}": int(Subscriber(sources[h]).end_position()) for h, t in PUBLISHERS.items()
     }
-    sizes = {h: input_size(d) for h, d in sources.items()}
-
-    def pushed() -> bool:
-        b.check_daemons()
-        return all(
-            input_size(s.input_dir(node, h, PUBLISHERS[h][0])) >= sizes[h]
-            for node in s.node_names
-            for h in PUBLISHERS
-        )
-
-    wait_until(pushed, 600, "every node to hold both publishers' input", 0.1)
+    for node in s.node_names:
+        for host, topics in PUBLISHERS.items():
+            replica = s.input_dir(node, host, topics[0])
+            replica.mkdir(parents=True, exist_ok=True)
+            for f in sorted(sources[host].glob("log.*")):  # a replica holds the files alone
+                shutil.copyfile(f, replica / f.name)
     return ends
 
 

@@ -208,7 +208,7 @@ class Suite:
         for r in (self.p50, self.p99, self.worst):
             r.note = f"{o.latency_seconds:g} s per run, what is due published every 1 ms"
         for r in (self.cpu_nodes, self.cpu_clients, self.cpu_apps):
-            r.note = f"during the latency run; nodes as {o.layout}, clients {o.clients}"
+            r.note = f"during the latency run; clients {o.clients}"
         for r in self.stage_results():
             r.note = "a follower process on each stage at once, published every 1 ms"
 

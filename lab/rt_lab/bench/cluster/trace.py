@@ -39,10 +39,10 @@ from rt_lab.bench.tracemap import STEPS, Message, Trace, step_times, summarize
 
 __all__ = ["StepFigures", "TraceResults", "TraceRun", "measure_trace"]
 
-DAEMON_ROLES = ("push-client", "push-server", "sequencer", "pull-server", "pull-client")
-# the rows of the CPU table: the nodes' processes (rt node) or each role's daemons, and
-# the applications (with the clients in process, their push and pull clients' too)
-CPU_ROWS = ("node", *DAEMON_ROLES, "applications")
+CLIENT_DAEMONS = ("push-client", "pull-client")  # with --clients daemons
+# the rows of the CPU table: the nodes' processes (rt node), the client daemons if any,
+# and the applications (with the clients in process, their push and pull clients' too)
+CPU_ROWS = ("node", *CLIENT_DAEMONS, "applications")
 IDLE_S = 10.0  # the stream running with no traffic, before the traced traffic starts
 
 
@@ -84,10 +84,10 @@ def _traced_run(
         leader = b.wait_leader()
         expected = skip + count * len(PUBLISHERS)
         sub = b.subscriber(expected=expected, skip=skip, latency=True)
-        if opts.layout == "node":  # each node one process (the harness keys it as the sequencer)
-            pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
-        else:
-            pids = {f"{r}-{host}": pid for r in DAEMON_ROLES for host, pid in b.pids(r).items()}
+        # each node one process (the harness keys it as its unit, the sequencer)
+        pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
+        for role in CLIENT_DAEMONS if not opts.in_process else ():
+            pids.update({f"{role}-{host}": pid for host, pid in b.pids(role).items()})
         idle_cpu = _cpu_share(pids, lambda: time.sleep(IDLE_S))
         pubs: list[Child] = []
 
@@ -197,7 +197,7 @@ class TraceResults:
         for role in CPU_ROWS:
             mine = [v for k, v in cpu.items() if k == role or k.startswith(role + "-")]
             if not mine:
-                continue  # no such process in this layout
+                continue  # no such process in this run
             share = sum(mine)
             self._row(f"daemons' CPU {when}: {role}", "% of a core", note=note).values.append(
                 100 * share

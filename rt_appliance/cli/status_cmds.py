@@ -1,4 +1,4 @@
-"""``rt sequencer`` and ``rt status``: the raft sequencer of an RT node, and the cluster's state."""
+"""``rt status``: the cluster's state, as every node reports it."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from pathlib import Path
 
 import click
 
-from rt_appliance.cli.options import CONFIG, metrics_port_option
+from rt_appliance.cli.options import CONFIG
 from rt_appliance.config import load_config
 from rt_appliance.config.model import StreamConfig
-from rt_appliance.daemons.runner import run_daemon
 from rt_appliance.errors import UsageError
 from rt_appliance.nodestatus import (
     Answer,
@@ -23,31 +22,6 @@ from rt_appliance.nodestatus import (
     status_document,
 )
 from rt_appliance.position import Position
-
-
-@click.command("sequencer")
-@CONFIG
-@click.option("--node", required=True, help="Name of this RT node (as in the config's nodes).")
-@metrics_port_option("sequencer_metrics")
-def sequencer(config_path: Path, node: str, metrics_port: int | None) -> None:
-    """Merge every publisher's input into this node's merged log, agreed through raft.
-
-    Runs on every RT node next to `rt push-server` (which fills <data_dir>/in/)
-    and `rt pull-server` (which serves <data_dir>/merged/). The nodes elect a
-    leader over raft (ports.raft, 7100, mutual TLS); followers report over the
-    control channel (ports.control, 8000) how far they durably hold each input;
-    the leader proposes ranges a majority holds, and every node appends the
-    committed ranges to its merged log, byte-identical across nodes. Without a
-    quorum merging pauses; a restarted node catches up by itself. The archiver
-    (config key archiver) prunes rolled merged files by policy through raft.
-    Prometheus metrics on ports.sequencer_metrics (4000). Runs until SIGTERM or
-    SIGINT. See docs/SEQUENCER.md.
-    """
-    from rt_appliance.sequencer.daemon import Sequencer
-
-    config = load_config(config_path)
-    daemon = Sequencer(config, node, metrics_port)
-    run_daemon(f"sequencer {node}", daemon.run, daemon)
 
 
 @click.command("status")

@@ -116,23 +116,24 @@ def _row(key: str, *runs: RunOutcome, version: str = "X 1.0") -> RowResult:
 def test_failed_runs_are_counted_but_not_in_the_medians() -> None:
     row = _row(
         "redis-always",
-        RunOutcome(True, "", 100.0, 0, 1.0, 2.0, 3.0),
-        RunOutcome(False, "throughput: 1 lost", 10**9, 0, 0.001, 0.001, 0.001),
-        RunOutcome(True, "", 300.0, 0, 3.0, 4.0, 5.0),
+        RunOutcome(True, "", 100.0, 0, 1.0, 2.0, 3.0, 0.10, 0.30),
+        RunOutcome(False, "throughput: 1 lost", 10**9, 0, 0.001, 0.001, 0.001, 9.0, 9.0),
+        RunOutcome(True, "", 300.0, 0, 3.0, 4.0, 5.0, 0.20, 0.50),
     )
     assert row.median("throughput") == 200.0
     assert row.median("p99_ms") == 3.0
     line = table([row]).splitlines()[2]
     assert line.startswith("| Redis Streams, AOF appendfsync always (X 1.0) | appendfsync always")
-    assert line.endswith("| 200 | 2.00 | 3.00 | 4.0 | 2/3 |")
+    assert line.endswith("| 200 | 2.00 | 3.00 | 4.0 | 15 | 40 | 2/3 |")
+    assert row.as_dict()["median"]["cpu_servers_percent"] == pytest.approx(0.15)
 
 
 def test_a_row_without_a_passing_run_says_failed_and_a_skipped_row_says_why() -> None:
     failed = _row("nats", RunOutcome(False, "the subscriber sent no ready within 60 s"))
     skipped = RowResult(ROW["rt-replication-fsync-never"], skipped="no such option")
     lines = table([failed, skipped]).splitlines()
-    assert lines[2].endswith("| failed | failed | failed | failed | 0/1 |")
-    assert lines[3].endswith("| - | - | - | - | skipped |")
+    assert lines[2].endswith("| failed | failed | failed | failed | failed | failed | 0/1 |")
+    assert lines[3].endswith("| - | - | - | - | - | - | skipped |")
     report = PeersReport([failed, skipped], kept=Path("/tmp/x"))
     text = notes(report, PeersOptions(Path("/tmp")), None, None)
     assert "NATS JetStream R3, 3 nodes, file storage, run 1: the subscriber sent no ready" in text
@@ -151,7 +152,8 @@ def test_every_row_states_its_durability() -> None:
     }
     header = table([]).splitlines()[0]
     assert header == (
-        "| system | durability | throughput msg/s | p50 ms | p99 ms | max ms | runs ok |"
+        "| system | durability | throughput msg/s | p50 ms | p99 ms | max ms "
+        "| servers' CPU % | applications' CPU % | runs ok |"
     )
     assert all(r.durability for r in ROWS)
     assert "raft journal synced" in ROW["rt"].durability
@@ -201,12 +203,18 @@ def test_our_figures_are_read_from_the_cluster_bench_json() -> None:
         {"name": "publish-to-subscriber latency p50 at 5,000 msg/s", "median": 60, "runs": [60]},
         {"name": "publish-to-subscriber latency p99 at 5,000 msg/s", "median": 99, "runs": [99]},
         {"name": "publish-to-subscriber latency max at 5,000 msg/s", "median": 120, "runs": [120]},
+        {"name": "CPU of the 3 nodes' processes at 5,000 msg/s", "median": 95, "runs": [95]},
+        {"name": "CPU of the push and pull client daemons at 5,000", "median": 0, "runs": [0]},
+        {"name": "CPU of the 3 applications at 5,000 msg/s", "median": 50, "runs": [50]},
     ]
     assert ours.parse_cluster_json(json.dumps(results)) == {
         "throughput": 2e5,
         "p50": 60.0,
         "p99": 99.0,
         "max": 120.0,
+        "cpu_nodes": 95.0,
+        "cpu_clients": 0.0,
+        "cpu_apps": 50.0,
     }
     assert ours.parse_cluster_json(json.dumps(results[:1])) == {"throughput": 2e5}
 

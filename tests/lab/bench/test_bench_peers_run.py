@@ -67,6 +67,9 @@ def test_redis_rows_pass_their_checks_and_land_in_the_document(tmp_path: Path) -
         median = row["median"]
         assert 100 < median["throughput_msg_s"] < 10_000_000
         assert 0 < median["p50_ms"] <= median["p99_ms"] <= median["max_ms"] < 30_000
+        # redis-server and the two applications did work during the latency phase
+        assert 0 < median["cpu_servers_percent"] < 200
+        assert 0 < median["cpu_apps_percent"] < 200
         assert row["latency_samples"] == 2000
 
     text = doc.read_text()

@@ -73,6 +73,10 @@ class RunOutcome:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     max_ms: float = 0.0
+    # During the latency phase, shares of one core: the system's servers (our nodes'
+    # processes), and the publishing and subscribing applications (with their clients).
+    cpu_servers: float = 0.0
+    cpu_apps: float = 0.0
     # Every message's latency, where the system reports them (the peers), for the CDF.
     samples_ns: list[int] = field(default_factory=list, repr=False)
 
@@ -85,6 +89,8 @@ class RunOutcome:
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
             "max_ms": self.max_ms,
+            "cpu_servers_percent": 100 * self.cpu_servers,
+            "cpu_apps_percent": 100 * self.cpu_apps,
         }
 
 
@@ -134,7 +140,7 @@ class PeerDriver(Driver):
     def running(self, work: Path) -> Iterator[System]:
         servers = ServerGroup(self.start_timeout_s)
         try:
-            yield PeerSystem(self.start(work, servers))
+            yield PeerSystem(self.start(work, servers), servers)
         finally:
             servers.stop()
 
@@ -149,6 +155,7 @@ class PeerSystem:
     """A peer's servers, up: each run is a throughput phase, then a latency phase."""
 
     peer: Running
+    servers: ServerGroup
 
     @property
     def version(self) -> str:
@@ -160,13 +167,29 @@ class PeerSystem:
             tput = run_phase(self.peer, count=workload.messages)
             if not tput.ok:
                 return RunOutcome(False, f"throughput: {tput.reason}")
-            lat = run_phase(self.peer, rate=workload.rate, seconds=workload.seconds)
+            lat = run_phase(
+                self.peer,
+                rate=workload.rate,
+                seconds=workload.seconds,
+                server_cpu=self.servers.cpu_seconds,
+            )
             if not lat.ok:
                 return RunOutcome(False, f"latency: {lat.reason}")
         except Exception as exc:
             return RunOutcome(False, f"{type(exc).__name__}: {exc}")
         p50, p99, worst = latency_summary_ms(lat.latencies_ns)
-        return RunOutcome(True, "", tput.throughput, tput.acked, p50, p99, worst, lat.latencies_ns)
+        return RunOutcome(
+            True,
+            "",
+            tput.throughput,
+            tput.acked,
+            p50,
+            p99,
+            worst,
+            lat.cpu_servers,
+            lat.cpu_apps,
+            lat.latencies_ns,
+        )
 
 
 class AsyncPublisher(ABC):

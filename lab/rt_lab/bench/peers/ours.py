@@ -45,6 +45,9 @@ FIGURES = {  # our name -> how the cluster bench's figure name starts
     "p50": "publish-to-subscriber latency p50",
     "p99": "publish-to-subscriber latency p99",
     "max": "publish-to-subscriber latency max",
+    "cpu_nodes": "CPU of the 3 nodes' processes",  # % of a core, during the latency run
+    "cpu_clients": "CPU of the push and pull client daemons",
+    "cpu_apps": "CPU of the 3 applications",
 }
 
 
@@ -195,6 +198,8 @@ def run_ours(
         p50_ms=figures["p50"],
         p99_ms=figures["p99"],
         max_ms=figures["max"],
+        cpu_servers=figures["cpu_nodes"] / 100,
+        cpu_apps=(figures["cpu_apps"] + figures["cpu_clients"]) / 100,
         samples_ns=latencies,
     )
 

@@ -162,6 +162,23 @@ def wait_ready(
         time.sleep(0.1)
 
 
+def sessions_cpu_seconds(sessions: Iterable[int]) -> float:
+    """User and system CPU seconds so far of every process in ``sessions`` (a server
+    started in a session of its own, with the helpers it started, such as Erlang's)."""
+    wanted, total, ticks = set(sessions), 0, os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        if int(fields[3]) in wanted:  # the session id
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 class ServerGroup:
     """The servers of one peer, started in steps, each step waited for; all stopped at
     the end, whether or not they were started or became ready."""
@@ -179,6 +196,11 @@ class ServerGroup:
     def wait(self, what: str, ready: Callable[[], bool]) -> None:
         """:func:`wait_ready` on every server started so far."""
         wait_ready(what, ready, self._latest_first(), self.timeout_s)
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds so far of every server process and its helpers."""
+        sessions = [s.proc.pid for s in self._latest_first() if s.proc is not None]
+        return sessions_cpu_seconds(sessions)
 
     def stop(self) -> None:
         """Stop every server, the latest step's first: it may depend on an earlier one."""

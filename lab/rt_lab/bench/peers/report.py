@@ -16,25 +16,32 @@ PLOT_POINTS = 2000  # points per curve: the CDF at evenly spaced fractions
 def table(rows: list[RowResult]) -> str:
     """Our stream next to each peer, with each row's durability."""
     lines = [
-        "| system | durability | throughput msg/s | p50 ms | p99 ms | max ms | runs ok |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| system | durability | throughput msg/s | p50 ms | p99 ms | max ms "
+        "| servers' CPU % | applications' CPU % | runs ok |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         name = f"{r.row.label} ({r.version})" if r.version else r.row.label
         if r.skipped:
-            lines.append(f"| {name} | {r.row.durability} | - | - | - | - | skipped |")
+            lines.append(f"| {name} | {r.row.durability} | - | - | - | - | - | - | skipped |")
             continue
         figures = [
             _fmt(r.median("throughput"), 0),
             _fmt(r.median("p50_ms"), 2),
             _fmt(r.median("p99_ms"), 2),
             _fmt(r.median("max_ms"), 1),
+            _fmt(_percent(r.median("cpu_servers")), 0),
+            _fmt(_percent(r.median("cpu_apps")), 0),
         ]
         lines.append(
             f"| {name} | {r.row.durability} | {' | '.join(figures)} | "
             f"{len(r.passed)}/{len(r.runs)} |"
         )
     return "\n".join(lines)
+
+
+def _percent(share: float | None) -> float | None:
+    return None if share is None else 100 * share
 
 
 def _fmt(value: float | None, decimals: int) -> str:
@@ -68,9 +75,15 @@ def notes(report: PeersReport, opts: PeersOptions, plot: Path | None, doc: Path 
         f"fresh 3-node stream with mutual TLS; the subscriber reads sub-1's copy of the "
         f"merged log. That bench checks the count the subscriber read, not each message's "
         f"sequence.",
+        "- CPU, as a share of one core during the latency phase: **servers'** is every "
+        "server process of the system with the helpers it started (the 3 nats-servers; "
+        "RabbitMQ's Erlang VM and its helpers; redis-server; for rt-appliance the 3 `rt "
+        "node` processes), **applications'** the publisher and the subscriber with their "
+        "clients (for rt-appliance the two publishing applications and the subscribing one, "
+        "which replicate and pull themselves).",
         "- Everything shares this machine's cores: the servers, the publisher and the "
-        "subscriber (for rt-appliance, its nine daemons, two push clients, the pull client "
-        "and the applications), so figures are CPU-bound and noisy.",
+        "subscriber (for rt-appliance, its 3 node processes and the 3 applications), so "
+        "figures are CPU-bound and noisy.",
     ]
     if plot is not None:
         where = os.path.relpath(plot, doc.parent) if doc is not None else str(plot)

@@ -118,6 +118,8 @@ class RowResult:
                     ("p50_ms", "p50_ms"),
                     ("p99_ms", "p99_ms"),
                     ("max_ms", "max_ms"),
+                    ("cpu_servers_percent", "cpu_servers"),
+                    ("cpu_apps_percent", "cpu_apps"),
                 )
             },
             "latency_samples": len(self.samples_ns),
@@ -204,5 +206,6 @@ def _describe(outcome: RunOutcome) -> str:
         return f"FAILED: {outcome.reason}"
     return (
         f"{outcome.throughput:,.0f} msg/s end to end; latency p50 {outcome.p50_ms:.2f} ms, "
-        f"p99 {outcome.p99_ms:.2f} ms, max {outcome.max_ms:.1f} ms"
+        f"p99 {outcome.p99_ms:.2f} ms, max {outcome.max_ms:.1f} ms; CPU servers "
+        f"{100 * outcome.cpu_servers:.0f}%, applications {100 * outcome.cpu_apps:.0f}% of a core"
     )

@@ -262,6 +262,9 @@ class PhaseResult:
     throughput: float = 0.0  # msg/s end to end (throughput phase)
     acked: float = 0.0  # msg/s until the publisher held every acknowledgement
     latencies_ns: list[int] = field(default_factory=list)  # latency phase, per message
+    # shares of one core from the first publish until the subscriber held everything:
+    cpu_servers: float = 0.0  # the system's servers (with their helpers)
+    cpu_apps: float = 0.0  # the publisher (this process) and the subscriber process
 
 
 def run_phase(
@@ -271,8 +274,10 @@ def run_phase(
     rate: int = 0,
     seconds: float = 0.0,
     stall_s: float = STALL_S,
+    server_cpu: Callable[[], float] | None = None,
 ) -> PhaseResult:
-    """One phase: throughput if ``count``, else latency at ``rate`` for ``seconds``.
+    """One phase: throughput if ``count``, else latency at ``rate`` for ``seconds``;
+    ``server_cpu`` reads the servers' CPU seconds so far, for their share of the phase.
 
     The subscriber is a process of its own (``python -m`` this module, so it imports
     only what it needs): it runs ``subscribe(endpoint, receiver, ready)`` of the peer's
@@ -290,6 +295,8 @@ def run_phase(
     }
     with _Subscriber(args) as sub:
         sub.expect("ready", READY_TIMEOUT_S)
+        servers_before = server_cpu() if server_cpu is not None else 0.0
+        own_before, began = time.process_time(), time.monotonic()
         if latency:
             start = time.monotonic_ns()
             publisher.publish_paced(rate, seconds)
@@ -297,7 +304,13 @@ def run_phase(
         else:
             start, acked_ns = publisher.publish_all(count)
         got = sub.expect("result", stall_s + READY_TIMEOUT_S)
-    return _judge(got, expected, start, acked_ns, latency)
+        elapsed = max(1e-9, time.monotonic() - began)
+        servers = (server_cpu() - servers_before) if server_cpu is not None else 0.0
+        own = time.process_time() - own_before
+    result = _judge(got, expected, start, acked_ns, latency)
+    result.cpu_servers = servers / elapsed
+    result.cpu_apps = (own + float(got.get("cpu_s", 0.0))) / elapsed
+    return result
 
 
 class _Subscriber:
@@ -381,8 +394,11 @@ def _subscriber_main(report_fd: int, args: dict[str, Any]) -> None:
             pipe.write(json.dumps({"kind": kind, **body}) + "\n")
             pipe.flush()
 
+        cpu_at_ready = [0.0]
+
         def ready() -> None:
             receiver.restart_stall_clock()
+            cpu_at_ready[0] = time.process_time()  # the phase's share, not the start's
             send("ready")
 
         try:
@@ -391,7 +407,7 @@ def _subscriber_main(report_fd: int, args: dict[str, Any]) -> None:
             got = receiver.result()
             if got["latencies"] is not None:
                 got["latencies"] = base64.b64encode(got["latencies"]).decode()
-            send("result", **got)
+            send("result", cpu_s=time.process_time() - cpu_at_ready[0], **got)
         except Exception as exc:  # reported to the parent, which fails the phase
             send("error", message=f"{type(exc).__name__}: {exc}")
 

@@ -192,6 +192,18 @@ class MergedLog:
     def dup_fd(self) -> int:
         return os.dup(self._fd) if self._fd >= 0 else -1
 
+    def reset(self) -> list[Path]:
+        """Remove every file: the log starts again empty (at any roll the next append
+        or copy opens). Returns what was removed."""
+        self._close()
+        removed = [f.path for f in self.files()]
+        for path in removed:
+            path.unlink(missing_ok=True)
+        if removed:
+            fsync_dir(self.directory)
+        self.roll, self.size, self.seq = -1, 0, 0
+        return removed
+
     def delete_below(self, roll: int) -> list[Path]:
         """Remove files with a roll below ``roll`` (never the newest); returns them."""
         removed = []

@@ -359,6 +359,10 @@ class Merger:
             at = Position(self.merged.end)
         while self.merged.seq < target_seq and not self._stop.is_set():
             got = self.fetcher.fetch(peer, "merged", at, FETCH_BYTES)
+            if got.missing and self._pruned_everywhere(at, got.oldest):
+                assert got.oldest is not None
+                at = self._drop_pruned(got.oldest)
+                continue
             if got.missing:
                 raise RTError(f"{peer} no longer has {at}")
             base = at.offset
@@ -404,6 +408,29 @@ class Merger:
                 trace.event("merged", "-", records[-1].seq, int(self.merged.end))
             self.copied_records += len(records)
             at = at.with_offset(at.offset + upto)
+
+    def _pruned_everywhere(self, at: Position, oldest: Position | None) -> bool:
+        """Whether ``at`` (where this node's log ends) lies in files the stream has
+        pruned by a committed decision, and the peer's log starts after it: then no
+        node will ever give those records again, and none is owed."""
+        pruned_below = self.machine.committed().pruned_below
+        return oldest is not None and at.roll < pruned_below and oldest.roll > at.roll
+
+    def _drop_pruned(self, oldest: Position) -> Position:
+        """This node's merged files end below what the stream keeps (it was down, or
+        cut back after damage, while the archiver pruned): they go, and the copy starts
+        again at the peer's oldest file. Returns where."""
+        with self._write_lock:
+            removed = self.merged.reset()
+        log.warning(
+            "merger: this node's merged log ends before what the stream keeps (pruned "
+            "below roll %d); dropping %s and copying from %s",
+            self.machine.committed().pruned_below,
+            [p.name for p in removed] or "nothing",
+            oldest,
+        )
+        self.digest = None  # the records before the copy are not here to chain
+        return oldest
 
     # -- pruning -------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from rt_appliance.log.segments import list_files
+from rt_lab.testing.checkers import compare_logs, log_files
 from rt_lab.testing.cluster import wait_until
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
@@ -153,3 +155,44 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     check_stream(stream, feeds, timeout_s=120)
     # the raft log it missed was compacted away: rt-3 copied merged records from a peer
     assert "copying merged log" in stream.node_daemon("rt-3").log()
+
+
+def test_a_node_behind_what_the_stream_keeps_drops_it_and_catches_up(local_stream) -> None:  # type: ignore[no-untyped-def]
+    """rt-3 is down while the others merge many files and the archiver prunes every
+    one it holds. Restarted, it can never be given the records in between (no node
+    keeps them, by a committed decision): it drops its files, copies from the others'
+    oldest, and holds their files byte for byte."""
+    extra = {
+        "sequencer": {
+            "merged_roll_bytes": "1MiB",
+            "max_range_bytes": "64KiB",
+            "compaction_min_entries": 100,
+            "compaction_min_s": 1,
+        },
+        "archiver": {"max_log_bytes": "3MiB", "interval_ms": 200},
+    }
+    stream = local_stream(nodes=3, publishers=TWO, extra=extra).start()
+    stream.wait_leader()
+    feeds = [Feed(stream, "pub-1", "trades"), Feed(stream, "pub-2", "quotes")]
+    for f in feeds:
+        f.payload_bytes = 200
+        f.publish(1, 1000)
+    wait_until(lambda: committed_seq(stream, "rt-3") > 0, 30, "rt-3 to merge something")
+    stream.kill_node("rt-3")
+    held = {f.path.name for f in list_files(stream.merged_dir("rt-3"))}
+    for f in feeds:
+        f.publish(1001, 30_000)  # about 12 MiB merged: the others keep the last 3 MiB
+
+    def pruned_past_rt3() -> bool:
+        kept = {f.path.name for f in list_files(stream.merged_dir("rt-1"))}
+        return bool(kept) and not kept & held and len(kept) >= 2
+
+    wait_until(pruned_past_rt3, 120, "rt-1 to prune every merged file rt-3 holds")
+    stream.start_node("rt-3")
+
+    def same_as_rt1() -> bool:
+        merged = stream.merged_dirs()
+        return compare_logs(merged).identical and bool(log_files(merged["rt-3"]))
+
+    wait_until(same_as_rt1, 120, "rt-3 to hold the others' merged files byte for byte")
+    assert "dropping" in stream.node_daemon("rt-3").log()

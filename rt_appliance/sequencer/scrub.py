@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rt_appliance.errors import RTError
-from rt_appliance.limits import FETCH_BYTES
+from rt_appliance.limits import FETCH_BYTES, MAX_FILE_HEADER_BYTES
+from rt_appliance.log.format import decode_file_header
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.segments import StreamFile
 from rt_appliance.position import Position
@@ -100,22 +101,43 @@ class Scrubber:
         return None
 
     def repair(self, damage: Damage) -> bool:
-        """Rewrite ``damage.file`` from ``damage.offset`` with a peer's bytes."""
+        """Rewrite ``damage.file`` from ``damage.offset`` with a peer's bytes; if no
+        peer's bytes fit there, from the file's start.
+
+        A walk finds the first place the file stops making sense, which is not always
+        where it stopped being the stream's: a record's length field can carry the walk
+        over a cut and a stretch written after it, to a boundary that is this file's
+        but not the others'. A peer's bytes from there then never check out; the whole
+        file from a peer always does."""
         f = damage.file
+        if self._repair_from(f, damage.offset, damage.expected):
+            return True
+        start = _first_record(f)
+        if start is None or start >= damage.offset:
+            return False
+        log.error(
+            "scrub: %s: no peer's bytes fit at offset %d; rewriting it from offset %d",
+            f.path.name,
+            damage.offset,
+            start,
+        )
+        return self._repair_from(f, start, damage.expected)
+
+    def _repair_from(self, f: StreamFile, offset: int, expected: int | None) -> bool:
         for peer in self.peers:
             try:
-                data = self._fetch_rest(peer, f, damage.offset, damage.expected)
+                data = self._fetch_rest(peer, f, offset, expected)
             except RTError as exc:
                 log.info("scrub: fetching %s from %s failed: %s", f.path.name, peer, exc)
                 continue
             if data is None:
                 continue
-            _rewrite(f, damage.offset, data)
-            if self.inspect(f, damage.expected is not None) is None:
+            _rewrite(f, offset, data)
+            if self.inspect(f, expected is not None) is None:
                 log.warning(
                     "scrub: repaired %s from offset %d with %d bytes from %s",
                     f.path,
-                    damage.offset,
+                    offset,
                     len(data),
                     peer,
                 )
@@ -144,6 +166,16 @@ class Scrubber:
                     return None  # the peer does not have all of it yet
                 break
         return b"".join(chunks)
+
+
+def _first_record(f: StreamFile) -> int | None:
+    """Where ``f``'s records start (after its header); None if it has no valid header."""
+    try:
+        with open(f.path, "rb") as fh:
+            header = decode_file_header(fh.read(MAX_FILE_HEADER_BYTES))
+    except FileNotFoundError:
+        return None
+    return None if isinstance(header, str) else header.header_bytes
 
 
 def _rewrite(f: StreamFile, offset: int, data: bytes) -> None:

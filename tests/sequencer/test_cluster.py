@@ -7,6 +7,7 @@ copy byte-identical, every published message exactly once, per-publisher order k
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -196,3 +197,41 @@ def test_a_node_behind_what_the_stream_keeps_drops_it_and_catches_up(local_strea
 
     wait_until(same_as_rt1, 120, "rt-3 to hold the others' merged files byte for byte")
     assert "dropping" in stream.node_daemon("rt-3").log()
+
+
+def test_an_unreadable_snapshot_stops_the_node_and_the_documented_rebuild_works(
+    local_stream,  # type: ignore[no-untyped-def]
+) -> None:
+    """A node never runs from an empty state behind a journal that no longer starts at
+    the beginning (pysyncobj would log the bad snapshot and go on, and the node would
+    disagree with the others for good): it stops, saying why. docs/RECOVERY.md's rebuild
+    then brings it back in step."""
+    import shutil
+
+    extra = {
+        "sequencer": {**SMALL["sequencer"], "compaction_min_entries": 100, "compaction_min_s": 1}
+    }
+    stream = local_stream(nodes=3, publishers=TWO, extra=extra).start()
+    stream.wait_leader()
+    feeds = [Feed(stream, "pub-1", "trades"), Feed(stream, "pub-2", "quotes")]
+    for f in feeds:
+        f.publish(1, 6000)
+    raft = stream.data_dir("rt-3") / "raft"
+    wait_until(lambda: (raft / "raft.snapshot").is_file(), 60, "a raft snapshot on rt-3")
+    check_stream(stream, feeds)
+    stream.kill_node("rt-3", signal.SIGTERM)
+    (raft / "raft.snapshot").write_bytes(b"")  # what a power loss could leave of it
+    node = stream.node_daemon("rt-3")
+    node.start()
+    assert node.proc is not None and node.proc.wait(60) == 1
+    assert "raft snapshot unreadable" in node.log()
+
+    for f in feeds:
+        f.publish(6001, 8000)  # the others go on meanwhile
+    data = stream.data_dir("rt-3")
+    shutil.move(data / "raft", data / "raft.damaged")
+    (data / "raft").mkdir()
+    shutil.copy(data / "raft.damaged" / "raft.vote", data / "raft" / "raft.vote")
+    shutil.move(data / "merged", data / "merged.damaged")
+    stream.start_node("rt-3")
+    check_stream(stream, feeds, timeout_s=120)

@@ -200,3 +200,34 @@ def test_a_follower_commits_no_further_than_what_the_leader_sent(tmp_path: Path)
         assert commit() == 9
     finally:
         node.destroy()
+
+
+def test_a_snapshot_is_put_in_place_synced_before_and_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pysyncobj renames a snapshot (its own, or one received from the leader) over the
+    old one without a sync, then empties its journal; a power loss could then leave an
+    empty snapshot behind an empty journal. The rename it uses is replaced."""
+    import os
+
+    import pysyncobj.serializer
+
+    from rt_appliance.sequencer.raft import journal as journal_module
+
+    patches.install()
+    assert pysyncobj.serializer.atomicReplace is journal_module.durable_replace
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(journal_module.os, "fsync", recording_fsync)
+    (tmp_path / "raft.snapshot").write_text("old")
+    (tmp_path / "raft.snapshot.1.tmp").write_text("new")
+    journal_module.durable_replace(
+        str(tmp_path / "raft.snapshot.1.tmp"), str(tmp_path / "raft.snapshot")
+    )
+    assert (tmp_path / "raft.snapshot").read_text() == "new"
+    assert synced == [str(tmp_path / "raft.snapshot.1.tmp"), str(tmp_path)]

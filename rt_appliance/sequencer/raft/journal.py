@@ -21,7 +21,14 @@ import pysyncobj.journal as _journal
 from rt_appliance.limits import JOURNAL_FULL_LOG_EVERY_S, JOURNAL_FULL_RETRY_S
 from rt_appliance.sequencer.raft.vote import Vote, VoteStore
 
-__all__ = ["JOURNALS", "SyncedJournal", "allocated_write", "create_journal", "fsync_and_close"]
+__all__ = [
+    "JOURNALS",
+    "SyncedJournal",
+    "allocated_write",
+    "create_journal",
+    "durable_replace",
+    "fsync_and_close",
+]
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +147,25 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
             generation, index, cuts, fd = self.begin_sync()
             self.fsync(fd)
             self.end_sync(generation, index, cuts)
+
+
+def durable_replace(source: str, target: str) -> None:
+    """Rename ``source`` over ``target`` so that after a power loss ``target`` holds
+    either all of ``source`` or what it held before: ``source``'s bytes are synced
+    first, the directory after. pysyncobj renames a snapshot into place with neither,
+    which after a power loss can leave an empty snapshot behind a journal it already
+    emptied."""
+    fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(source, target)
+    directory = os.open(os.path.dirname(os.path.abspath(target)), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def fsync_and_close(fd: int) -> None:

@@ -34,6 +34,7 @@ from pysyncobj.node import Node, TCPNode
 
 from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
+from rt_appliance.errors import RTError
 from rt_appliance.limits import (
     KEEPALIVE_IDLE_S,
     KEEPALIVE_INTERVAL_S,
@@ -127,6 +128,7 @@ class RaftNode:
             made.append(TlsTransport(sync_obj, self_node, other_nodes, link=link))
             return made[0]
 
+        self.snapshot_problem = ""  # set if the snapshot on disk cannot be read
         self._obj = _Replicated(
             machine,
             link,
@@ -166,7 +168,13 @@ class RaftNode:
         self._link.kick = self._kick
         self._transport.dial()
         try:
-            self._tick()  # also arms the timer tick
+            self._tick()  # also arms the timer tick; pysyncobj loads its snapshot in it
+            if self.snapshot_problem:
+                raise RTError(
+                    f"raft snapshot unreadable ({self.snapshot_problem}); this node stops "
+                    "rather than run without the state the snapshot holds; to rebuild it "
+                    "from the other nodes see docs/RECOVERY.md"
+                )
             await self._transport.listen()
             await asyncio.Event().wait()  # ticks come from kicks and the timer until cancelled
         finally:
@@ -302,8 +310,15 @@ class RaftNode:
             os.fsync(f.fileno())
 
     def _deserialize(self, path: str) -> tuple[Any, Any, Any]:
-        with open(path) as f:
-            doc = json.load(f)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as exc:
+            # pysyncobj would log it and go on with an empty state behind a journal
+            # that no longer starts at the beginning: this node would disagree with the
+            # others for good. Stop instead (RaftNode raises it once pysyncobj returns).
+            self.snapshot_problem = f"{path}: {exc}"
+            raise
         self.machine.restore(doc["state"])
         last, before = (_entry_from_json(e) for e in doc["entries"])
         return last, before, None

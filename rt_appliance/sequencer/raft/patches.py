@@ -7,7 +7,11 @@ pysyncobj is the raft library; :func:`install` replaces, module-wide and once:
 * its journal factory (``pysyncobj.syncobj.createJournal``) with :mod:`.journal`'s
   synced journal, which also removes a follower's entries only where the leader's
   conflict with them (raft's rule; pysyncobj removes the whole tail after every match);
-* the journal file's ``write``, which allocates before it maps (no SIGBUS on a full disk).
+* the journal file's ``write``, which allocates before it maps (no SIGBUS on a full disk);
+* the rename that puts a snapshot in place (``pysyncobj.serializer.atomicReplace``), its
+  own or one received from the leader, with :func:`.journal.durable_replace`: synced
+  before and after, so a power loss never leaves an empty snapshot behind a journal
+  pysyncobj has already emptied.
 
 :data:`PRIVATE_ATTRIBUTES` lists every private name of pysyncobj this package reads or
 sets; :func:`check` fails with a clear error when a pysyncobj release lacks one, so an
@@ -23,11 +27,12 @@ from typing import Any
 import pysyncobj
 import pysyncobj.journal as _journal
 import pysyncobj.pickle as _pso_pickle
+import pysyncobj.serializer as _serializer
 import pysyncobj.syncobj as _syncobj
 
 from rt_appliance.errors import RTError
 from rt_appliance.sequencer.raft import codec
-from rt_appliance.sequencer.raft.journal import allocated_write, create_journal
+from rt_appliance.sequencer.raft.journal import allocated_write, create_journal, durable_replace
 
 __all__ = ["PRIVATE_ATTRIBUTES", "SUPPORTED", "check", "install"]
 
@@ -81,6 +86,7 @@ def install() -> None:
     _pso_pickle.dump = codec.dump
     _syncobj.createJournal = create_journal
     _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full
+    _serializer.atomicReplace = durable_replace  # snapshots, ours and the leader's
     # The journal cuts only a conflicting tail (SyncedJournal.deleteEntriesFrom) and says
     # so itself; pysyncobj's alarm before every cut it asks for would be false.
     logging.getLogger(_syncobj.__name__).addFilter(_no_false_truncation_alarm)

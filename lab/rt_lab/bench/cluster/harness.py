@@ -219,6 +219,7 @@ class Child:
         self.ready = threading.Event()
         self.result: dict[str, Any] | None = None
         self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)  # before any daemon made it
         with open(log_path, "ab") as err:
             self.proc = subprocess.Popen(
                 [*CHILD, mode, json.dumps(dict(args))],

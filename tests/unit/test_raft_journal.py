@@ -75,3 +75,39 @@ def test_the_descriptor_given_to_a_sync_is_its_own(journal: SyncedJournal) -> No
     journal.add(b"a", 1, 1)
     journal.sync()
     assert journal.synced_index == 1
+
+
+@pytest.mark.parametrize("damage", ["short file", "zeros", "half an entry"])
+def test_a_torn_tail_is_cut_and_the_journal_opens(tmp_path: Path, damage: str) -> None:
+    """After a power loss the header can name an end the entries never reached; pysyncobj
+    alone fails to load such a journal and the node cannot start (seen in `rt chaos`)."""
+    path = tmp_path / "raft.journal"
+    first = SyncedJournal(str(path))
+    for idx in range(1, 6):
+        first.add(b"entry %d" % idx, idx, 1)
+    first.sync()
+    first._destroy()
+    data = bytearray(path.read_bytes())
+    ends = []  # where each entry ends
+    at = 40
+    for _ in range(5):
+        size = int.from_bytes(data[at : at + 4], "little")
+        at += size + 8
+        ends.append(at)
+    if damage == "short file":
+        data = data[: ends[2] + 10]  # the file lost the 4th entry and after; the header not
+    elif damage == "zeros":
+        data[ends[2] : ends[4]] = bytes(ends[4] - ends[2])
+    else:
+        data[ends[3] - 4 : ends[4]] = bytes(ends[4] - ends[3] + 4)  # the 4th entry's end too
+    path.write_bytes(bytes(data))
+
+    again = SyncedJournal(str(path))
+    try:
+        kept = 3
+        assert [again[i][1] for i in range(len(again))] == list(range(1, kept + 1))
+        assert again[kept - 1][0] == b"entry %d" % kept
+        again.add(b"new", kept + 1, 2)  # and it goes on from there
+        assert again[-1][1] == kept + 1
+    finally:
+        again._destroy()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,14 @@ __all__ = [
     "SyncedJournal",
     "allocated_write",
     "create_journal",
+    "cut_torn_tail",
     "durable_replace",
     "fsync_and_close",
 ]
 
 log = logging.getLogger(__name__)
+
+_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
 
 class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
@@ -51,6 +55,7 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         self.cuts = 0  # entries removed (a divergent tail, a compaction) so far
         self.syncs = 0
         self._cut_at: int | None = None  # see deleteEntriesFrom
+        cut_torn_tail(path)
         super().__init__(path)
 
     # term and vote: durable before pysyncobj acts on them
@@ -147,6 +152,51 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
             generation, index, cuts, fd = self.begin_sync()
             self.fsync(fd)
             self.end_sync(generation, index, cuts)
+
+
+def cut_torn_tail(path: str) -> int | None:
+    """Cut what a crash left of the journal's last entries; returns where it ends now if
+    it was cut (None: nothing to cut, or no file).
+
+    pysyncobj writes an entry and then the header's end offset through a mapping, and
+    grows the file as it goes; after a power loss the header can name an end the entries
+    never reached (a short file, zeros, half an entry), and pysyncobj's loader then fails
+    and the node cannot start. What is cut was never synced, so never acknowledged: an
+    entry reaches another node or is applied only after a sync covered it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        if len(data) < _journal.FIRST_RECORD_OFFSET:
+            return None
+        (claimed,) = _U32.unpack_from(data, _journal.LAST_RECORD_OFFSET_OFFSET)
+        at, previous = int(_journal.FIRST_RECORD_OFFSET), None
+        while at < claimed:
+            if at + 4 > len(data):
+                break
+            (size,) = _U32.unpack_from(data, at)
+            end = at + 4 + size + 4
+            if size < 16 or end > len(data) or _U32.unpack_from(data, end - 4)[0] != size:
+                break
+            idx = _U64.unpack_from(data, at + 4)[0]
+            if previous is not None and idx != previous + 1:
+                break
+            previous, at = idx, end
+        if at >= claimed:
+            return None
+        log.warning(
+            "raft journal %s: cutting a torn tail (entries end at %d, the header said %d)",
+            path,
+            at,
+            claimed,
+        )
+        os.pwrite(fd, _U32.pack(at), _journal.LAST_RECORD_OFFSET_OFFSET)
+        os.fsync(fd)
+        return at
+    finally:
+        os.close(fd)
 
 
 def durable_replace(source: str, target: str) -> None:

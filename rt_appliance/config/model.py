@@ -82,6 +82,15 @@ def _check_address(value: str) -> str:
     return value
 
 
+def _refuse_removed(data: Any, removed: dict[str, str]) -> Any:
+    """``data`` unchanged, unless it names a setting that is gone: say why, and to delete it."""
+    if isinstance(data, dict):
+        for key, why in removed.items():
+            if key in data:
+                raise FieldProblem((key,), f"{key} is no longer a setting: {why}; delete it")
+    return data
+
+
 _REMOVED_PORTS = {
     "push_server_metrics": "a node's push server runs inside rt node, whose metrics are "
     "all on ports.sequencer_metrics",
@@ -105,11 +114,7 @@ class Ports(_Model):
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, why in _REMOVED_PORTS.items():
-                if key in data:
-                    raise FieldProblem((key,), f"{key} is no longer a setting: {why}; delete it")
-        return data
+        return _refuse_removed(data, _REMOVED_PORTS)
 
 
 class NodeConfig(_Model):
@@ -213,11 +218,7 @@ class ReplicationConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key, why in _REMOVED_REPLICATION_KEYS.items():
-                if key in data:
-                    raise FieldProblem((key,), f"{key} is no longer a setting: {why}; delete it")
-        return data
+        return _refuse_removed(data, _REMOVED_REPLICATION_KEYS)
 
     @model_validator(mode="after")
     def _backoff(self) -> ReplicationConfig:

@@ -287,6 +287,7 @@ def _commit_only_synced(message: dict[str, Any], journal: SyncedJournal) -> dict
     journal; a follower told so could apply an entry that only it and one unsynced
     leader hold, which a power loss of the leader would take from the majority."""
     commit = message.get("commit_index")
-    if isinstance(commit, int) and commit > journal.synced_index:
+    # not dirty: a completed sync covered every change (its index may lag after a cut)
+    if journal.dirty and isinstance(commit, int) and commit > journal.synced_index:
         return {**message, "commit_index": journal.synced_index}
     return message

@@ -174,6 +174,12 @@ SEQUENCER_STALE_S = 3.0
 # dialled again; while waiting, the raft leader is looked at every LEADER_CHECK_S, so a
 # new leader is followed at once. `rt status` waits STATUS_ANSWER_S for each node.
 REPORT_RETRY_FIRST_S, REPORT_ANSWER_S, LEADER_CHECK_S = 0.05, 5.0, 0.05
+# A node whose writes fail (a full disk, EIO) is unfit to lead until UNFIT_HOLD_S pass
+# with no failure (sequencer/fitness.py); an unfit leader hands its leadership over, or
+# gives it up without a hand-over after STEP_DOWN_FORCE_S with no follower caught up.
+UNFIT_HOLD_S, STEP_DOWN_FORCE_S = 2.0, 0.5
+# Reports are pipelined: at most REPORT_WINDOW sent and not answered yet on a connection.
+REPORT_WINDOW = 4
 STATUS_ANSWER_S = 5.0
 
 # The planner's wait when nothing wakes it: only a safety net, every change wakes it.

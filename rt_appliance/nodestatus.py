@@ -74,6 +74,7 @@ class NodeStatus:
     merged_position: int  # end of this node's merged log
     digest: str | None  # digest of the merged log; equal seq and digest: identical logs
     halted: str | None  # why this node's merger stopped, if it did
+    unfit_to_lead: str | None  # why this node stands for no election now (writes fail)
     inputs: Mapping[str, InputStatus]
     disk_used_percent: float | None
     holds: Mapping[str, Mapping[str, Any]]  # local consumers' holds (rt_appliance.sequencer.holds)
@@ -95,6 +96,7 @@ class NodeStatus:
             merged_position=int(d.get("merged_position") or 0),
             digest=d.get("digest"),
             halted=d.get("halted") or None,
+            unfit_to_lead=d.get("unfit_to_lead") or None,
             inputs={k: InputStatus.from_dict(v or {}) for k, v in inputs.items()},
             disk_used_percent=(d.get("disk") or {}).get("used_percent"),
             holds=d.get("holds") or {},

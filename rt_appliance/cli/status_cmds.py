@@ -36,6 +36,8 @@ from rt_appliance.position import Position
 def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
     """Show every node of the stream: role, term, commit index, merged position, digest,
     lag per input, disk use and the holds of local consumers (the Spark pipeline).
+    A node whose writes fail (a full disk, EIO) is shown unfit to lead, with why: it
+    gave up leading and stands for no election until it can write again.
 
     Asks each node's sequencer over the control channel (mutual TLS). Nodes at the
     same merged seq with the same digest hold byte-identical merged logs. Exit
@@ -79,6 +81,8 @@ def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
         )
         if n.halted:
             click.echo(f"{'':<12} merger halted: {n.halted}")
+        if n.unfit_to_lead:
+            click.echo(f"{'':<12} unfit to lead (stands for no election): {n.unfit_to_lead}")
         for name, hold in n.holds.items():
             where = Position(hold["position"]).format()
             line = f"{'':<12} hold {name}: at {where}, {hold['behind_bytes'] or 0} bytes behind"

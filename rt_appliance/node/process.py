@@ -44,6 +44,7 @@ from rt_appliance.daemons.runner import serve_metrics
 from rt_appliance.replicate.pull_server import PullServer, ServerMetrics
 from rt_appliance.replicate.push_server import PushServer
 from rt_appliance.sequencer.daemon import Sequencer
+from rt_appliance.sequencer.fitness import is_write_failure
 
 __all__ = ["Node"]
 
@@ -67,7 +68,9 @@ class Node:
     def __init__(self, config: StreamConfig, name: str, metrics_port: int | None) -> None:
         self.config, self.name = config, name
         self.metrics_port = config.ports.sequencer_metrics if metrics_port is None else metrics_port
-        self.push = PushServer(config, name, on_synced=self._input_synced)
+        self.push = PushServer(
+            config, name, on_synced=self._input_synced, on_write_failure=self._input_unwritten
+        )
         self.sequencer = Sequencer(config, name, 0, held=self.push.held)
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
         self.sequencer.merger.on_progress = self.pull.changed
@@ -78,6 +81,10 @@ class Node:
 
     def _input_synced(self) -> None:
         self.sequencer.input_synced()
+
+    def _input_unwritten(self, exc: BaseException) -> None:
+        if is_write_failure(exc):  # a full disk, EIO: not a publisher's bad frame
+            self.sequencer.fitness.failed("input", str(exc))
 
     def status_line(self) -> str:
         """One line for systemd's status: the sequencer's, then the servers'."""

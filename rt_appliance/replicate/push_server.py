@@ -39,11 +39,17 @@ class PushServer:
     """Accepts push connections for node ``node_name`` until stopped."""
 
     def __init__(
-        self, config: StreamConfig, node_name: str, on_synced: Callable[[], None] | None = None
+        self,
+        config: StreamConfig,
+        node_name: str,
+        on_synced: Callable[[], None] | None = None,
+        on_write_failure: Callable[[BaseException], None] | None = None,
     ) -> None:
-        """``on_synced``: in the node process, called on this loop after each sync."""
+        """In the node process, on this loop: ``on_synced()`` after each sync, and
+        ``on_write_failure(exc)`` when writing or syncing an input failed."""
         self.config = config
         self._on_synced = on_synced
+        self._on_write_failure = on_write_failure
         self.node = config.node(node_name)
         self.in_dir = config.data_dir_of(self.node) / "in"
         self.metrics = PushMetrics("server")
@@ -200,6 +206,8 @@ class PushServer:
                         await asyncio.to_thread(os.fdatasync, fd)
                 except OSError as exc:
                     self.metrics.refused_chunks.labels(dir=name, reason="sync_failed").inc()
+                    if self._on_write_failure is not None:
+                        self._on_write_failure(exc)
                     replica.cut_unsynced(exc)  # raises: the connection ends, nothing acked
                 finally:
                     os.close(fd)
@@ -248,6 +256,8 @@ class PushServer:
                 else "error"
             )
             self.metrics.refused_chunks.labels(dir=data.dir, reason=reason).inc()
+            if self._on_write_failure is not None:
+                self._on_write_failure(exc)
             await conn.error(
                 f"{self.node.name} refused data for {data.dir}: {exc}", retryable=False
             )

@@ -5,8 +5,10 @@ Requests, each answered by one frame:
 * ``REPORT {"extents": {dir: position}, "holds": {name: position}}`` from a node's
   sequencer: how far it durably holds each input, and the holds of its merged-log
   consumers (:mod:`rt_appliance.sequencer.holds`; optional). Only the leader takes
-  reports; any other node answers
-  ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader.
+  reports (answered ``STATE {"leader": name}``); any other node answers
+  ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader. A reporter
+  does not wait for an answer before its next report (up to ``REPORT_WINDOW``
+  unanswered); answers come in the order of the reports.
 * ``STATUS {}`` from any host of the stream (``rt status``): answered ``STATE``
   with this node's status.
 """
@@ -14,6 +16,7 @@ Requests, each answered by one frame:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import ssl
@@ -27,6 +30,7 @@ from rt_appliance.limits import (
     LEADER_CHECK_S,
     REPORT_ANSWER_S,
     REPORT_RETRY_FIRST_S,
+    REPORT_WINDOW,
     SHUTDOWN_GRACE_S,
     STATUS_ANSWER_S,
 )
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 _ALL_ROLES = {HostRole.NODE, HostRole.PUBLISHER, HostRole.SUBSCRIBER}
 STATUS_ROLE = "status"
 REPORT_ROLE = "sequencer"
+_LEADER_MOVED = object()  # a report session ended because raft named another leader
 
 
 class ControlServer:
@@ -160,37 +165,16 @@ class Reporter:
 
     async def run(self) -> None:
         interval = self.config.sequencer.report_interval_ms / 1000
-        conn: Connection | None = None
-        target: str | None = None
         backoff = REPORT_RETRY_FIRST_S
         while True:
             leader = self.leader()
             if leader is None or leader == self.name:
-                if conn is not None:
-                    await conn.close()
-                    conn = None
                 await self._wait(interval)
                 continue
+            conn: Connection | None = None
             try:
-                if conn is None or target != leader:
-                    if conn is not None:
-                        await conn.close()
-                    conn, target = await self._dial(leader), leader
-                fields = self.report() if self.cheap() else await asyncio.to_thread(self.report)
-                await conn.send(FrameType.REPORT, fields)
-                frame_type, body = await self._answer(conn, leader)
-                self.sent += 1
-                if frame_type == FrameType.NOT_LEADER:
-                    log.info(
-                        "control: %s is not the leader (it names %s)",
-                        leader,
-                        decode_control(frame_type, body).get("leader"),
-                    )
-                    await conn.close()
-                    conn = None
-                    backoff = await self._back_off(backoff, interval)
-                    continue
-                backoff = REPORT_RETRY_FIRST_S
+                conn = await self._dial(leader)
+                named = await self._session(conn, leader, interval)
             except (
                 RTError,
                 OSError,
@@ -199,34 +183,81 @@ class Reporter:
                 asyncio.IncompleteReadError,
             ) as exc:
                 log.info("control: report to %s failed: %s", leader, exc)
-                if conn is not None:
-                    await conn.close()
-                conn = None
                 backoff = await self._back_off(backoff, interval)
                 continue
-            await self._wait(interval)
+            finally:
+                if conn is not None:
+                    await conn.close()
+            if named is not _LEADER_MOVED:
+                log.info("control: %s is not the leader (it names %s)", leader, named)
+                backoff = await self._back_off(backoff, interval)
+            else:
+                backoff = REPORT_RETRY_FIRST_S
 
-    async def _answer(self, conn: Connection, leader: str) -> tuple[int, bytes]:
-        """The leader's answer to a report, within :data:`REPORT_ANSWER_S`; given up as soon as
-        raft names another leader (an old leader cut off by a partition never answers,
-        and the new one must hear from this node to merge)."""
-        receive = asyncio.ensure_future(conn.receive())
-        deadline = asyncio.get_running_loop().time() + REPORT_ANSWER_S
+    async def _session(self, conn: Connection, leader: str, interval: float) -> object:
+        """Report to ``leader`` on ``conn`` until raft names another leader (returns
+        ``_LEADER_MOVED``) or ``leader`` answers NOT_LEADER (returns the leader it names).
+
+        Reports are pipelined: one leaves as soon as something changed, without waiting
+        for the answer to the one before, up to ``REPORT_WINDOW`` unanswered; with no
+        change, one leaves every ``interval``. A busy leader thus hears a follower's
+        newest extents as soon as it reads its connection, not a round trip per report
+        later. The session ends as soon as raft names another leader, whatever is
+        unanswered (an old leader cut off by a partition never answers, and the new one
+        cannot merge until it hears from a majority); a report still unanswered after
+        ``REPORT_ANSWER_S`` ends it with a TransportError."""
+        pending: collections.deque[float] = collections.deque()  # unanswered: when sent
+        opened = asyncio.Event()  # an answer came
+        reader = asyncio.create_task(self._read_answers(conn, pending, opened))
+        loop = asyncio.get_running_loop()
+        last_sent = -interval
         try:
             while True:
-                done, _ = await asyncio.wait({receive}, timeout=LEADER_CHECK_S)
-                if done:
-                    return receive.result()
-                now = self.leader()
-                if now != leader:
-                    raise TransportError(f"no answer from {leader}, and the leader is now {now}")
-                if asyncio.get_running_loop().time() >= deadline:
+                if reader.done():
+                    return reader.result()  # NOT_LEADER's name, or raises why it ended
+                if self.leader() != leader:
+                    return _LEADER_MOVED  # dial the new one at once, whatever is unanswered
+                now = loop.time()
+                if pending and now - pending[0] >= REPORT_ANSWER_S:
                     raise TransportError(f"no answer from {leader} within {REPORT_ANSWER_S:.0f} s")
+                if len(pending) >= REPORT_WINDOW:  # full: the next answer opens it
+                    opened.clear()
+                    await _until(opened, LEADER_CHECK_S)
+                    continue
+                if self.changed.is_set() or now - last_sent >= interval:
+                    self.changed.clear()
+                    fields = self.report() if self.cheap() else await asyncio.to_thread(self.report)
+                    await conn.send(FrameType.REPORT, fields)
+                    last_sent = loop.time()
+                    pending.append(last_sent)
+                    self.sent += 1
+                    continue
+                wait = interval - (now - last_sent)
+                await _until(self.changed, min(wait, LEADER_CHECK_S) if pending else wait)
         finally:
-            if not receive.done():
-                receive.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await receive
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read_answers(
+        self, conn: Connection, pending: collections.deque[float], opened: asyncio.Event
+    ) -> object:
+        """Take the leader's answers; returns the leader a NOT_LEADER names (None if it
+        knows none). Every answer sets ``opened`` (a full window opens)."""
+        try:
+            while True:
+                frame_type, body = await conn.receive()
+                if frame_type == FrameType.NOT_LEADER:
+                    return decode_control(frame_type, body).get("leader")
+                if frame_type != FrameType.STATE:
+                    raise FrameError(f"answer of frame type {frame_type} to a report")
+                if not pending:
+                    raise FrameError("an answer to no report")
+                pending.popleft()
+                opened.set()
+        finally:  # the session ends: the sending loop sees it at once
+            opened.set()
+            self.changed.set()
 
     async def _back_off(self, backoff: float, interval: float) -> float:
         """After a failed report: wait ``backoff`` whatever changes meanwhile (input keeps
@@ -237,9 +268,7 @@ class Reporter:
         return min(backoff * 2, max(interval, REPORT_RETRY_FIRST_S))
 
     async def _wait(self, interval: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(interval):
-                await self.changed.wait()
+        await _until(self.changed, interval)
         self.changed.clear()
 
     async def _dial(self, leader: str) -> Connection:
@@ -254,6 +283,13 @@ class Reporter:
             leader,
         )
         return conn
+
+
+async def _until(event: asyncio.Event, timeout_s: float) -> None:
+    """Until ``event`` is set, or ``timeout_s`` (no task per wait, as wait_for makes)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, timeout_s)):
+            await event.wait()
 
 
 async def query_status(config: StreamConfig, as_host: str, node_name: str) -> dict[str, Any]:

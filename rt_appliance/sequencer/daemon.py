@@ -60,12 +60,13 @@ from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.sequencer import archiver, holds
 from rt_appliance.sequencer.control import ControlServer, Reporter
+from rt_appliance.sequencer.fitness import Fitness, is_write_failure
 from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog
 from rt_appliance.sequencer.merger import Merger
 from rt_appliance.sequencer.planner import Planner
-from rt_appliance.sequencer.raft import RaftNode, RaftStatus
+from rt_appliance.sequencer.raft import RaftNode, RaftStatus, journal
 from rt_appliance.sequencer.state import Prune
 
 __all__ = ["Sequencer"]
@@ -153,6 +154,17 @@ class _Metrics:
             ["hold"],
             registry=r,
         )
+        self.unfit = Gauge(
+            "rt_sequencer_unfit_to_lead",
+            "1 while this node's writes fail (full disk, EIO): it stands for no election",
+            registry=r,
+        )
+        self.stepped_down = Counter(
+            "rt_sequencer_stepped_down_total",
+            "Leaderships this node gave up because it could not write, by what failed",
+            ["cause"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "rt_sequencer_loop_lag_seconds",
             "Longest the event loop (raft, control channel) was late over the last second",
@@ -183,6 +195,7 @@ class Sequencer:
         )
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)
+        self.fitness = Fitness()  # the servers' and the merger's write failures
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._wake = asyncio.Event()
@@ -195,8 +208,10 @@ class Sequencer:
             self.inputs,
             self.fetcher,
             self.data_dir / "log-history.jsonl",
+            on_write_failure=lambda why: self.fitness.failed("merged_log", why),
         )
         self.raft = RaftNode(config, node_name, self.data_dir / "raft", self.machine)
+        journal.ON_FULL[:] = [self._journal_full]
         self.raft.set_refusal_hook(lambda what: self.metrics.refused.labels(what).inc())
         self.planner = Planner(config, node_name, self.machine, self.inputs, self.raft, self.wake)
         self.machine.listeners.append(self.wake)
@@ -333,8 +348,8 @@ class Sequencer:
                 async with asyncio.timeout(PLAN_IDLE_S):  # no task per wait, as wait_for makes
                     await self._wake.wait()
             self._wake.clear()
-            if not self.raft.is_leader():
-                continue
+            if not self.raft.is_leader() or self.raft.unfit is not None:
+                continue  # an unfit leader plans nothing: its followers catch up, one leads
             if inline:
                 made = self.planner.step(INLINE_PLAN_BYTES)
                 if self.planner.cut_short:
@@ -382,6 +397,7 @@ class Sequencer:
             if self.raft.failure is not None:  # the journal cannot be trusted: likewise
                 failure = self.raft.failure
                 raise RTError(f"sequencer {self.name}: raft journal sync failed: {failure}")
+            self._judge_fitness()
             status = self.raft.status()
             m = self.metrics
             m.is_leader.set(1 if status.role == "leader" else 0)
@@ -414,6 +430,21 @@ class Sequencer:
                 next_heartbeat = time.monotonic() + HEARTBEAT_EVERY_S
             await asyncio.sleep(OBSERVE_EVERY_S)
 
+    def _journal_full(self, why: str) -> None:
+        """The raft journal cannot grow: the loop is about to wait for room (and the
+        followers to elect another leader meanwhile); the metric says so at once."""
+        self.fitness.failed("raft_journal", why)
+        self.metrics.unfit.set(1)
+
+    def _judge_fitness(self) -> None:
+        """Step down and stand for no election while this node's writes fail."""
+        unfit = self.fitness.unfit()
+        before = self.raft.stepped_down
+        self.raft.set_unfit(str(unfit) if unfit is not None else None)
+        if unfit is not None and self.raft.stepped_down != before:
+            self.metrics.stepped_down.labels(unfit.cause).inc()
+        self.metrics.unfit.set(0 if unfit is None else 1)
+
     def _heartbeat(self, path: Path, leader: str | None, has_quorum: bool) -> None:
         """Write the heartbeat file; a full disk or an I/O error is logged, never fatal.
         While it cannot be written the pull server sees it age and lets subscribers go to
@@ -421,6 +452,8 @@ class Sequencer:
         try:
             write_sequencer_file(path, leader, has_quorum)
         except OSError as exc:
+            if is_write_failure(exc):
+                self.fitness.failed("heartbeat", str(exc))
             if not self._heartbeat_failing:
                 log.warning(
                     "cannot write the heartbeat %s: %s; retrying every %g s",
@@ -500,6 +533,7 @@ class Sequencer:
             "name": self.name,
             "role": raft.role,
             "leader": raft.leader,
+            "unfit_to_lead": self.raft.unfit,
             "term": raft.term,
             "commit_index": raft.commit_index,
             "last_applied": raft.last_applied,

@@ -40,6 +40,7 @@ from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import scan
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.sequencer.fitness import is_write_failure
 from rt_appliance.sequencer.inputs import InputDir, Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog, merged_record_size, parse_merged_records
@@ -101,8 +102,12 @@ class Merger:
         fetcher: PeerFetcher,
         history: Path,
         on_progress: Callable[[], None] = lambda: None,
+        on_write_failure: Callable[[str], None] = lambda why: None,
     ) -> None:
+        """``on_write_failure(why)``: the merged log could not be written (a full disk,
+        EIO), from the merger's thread."""
         self.config, self.node_name, self.machine = config, node_name, machine
+        self.on_write_failure = on_write_failure
         self.merged, self.inputs, self.fetcher, self.history = merged, inputs, fetcher, history
         self.on_progress = on_progress
         self.stream = config.stream
@@ -177,6 +182,8 @@ class Merger:
                     log.exception("merger: unexpected error")
                 what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
                 self.halted = f"seq {what}: {exc}"
+                if is_write_failure(exc):
+                    self.on_write_failure(str(exc))
                 log.error("merger: %s; retrying in %.0f s", self.halted, MERGER_RETRY_S)
                 self._stop.wait(MERGER_RETRY_S)
                 continue

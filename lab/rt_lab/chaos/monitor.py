@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import threading
 import time
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
 from rt_lab.testing.stream import LocalStream
 
-__all__ = ["Monitor", "Sample", "recovery_time"]
+__all__ = ["Monitor", "Sample", "recovery_time", "stall_time"]
 
 INTERVAL_S = 1.0
 ASK_TIMEOUT_S = 1.5
@@ -100,3 +101,25 @@ def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float 
         if max(s.merged_seq.values(), default=0) > mark or caught_up:
             return round(s.t - healed_at, 2)
     return None
+
+
+def stall_time(samples: list[Sample], started: float, ended: float) -> float | None:
+    """How long merging stood still around a fault from ``started`` to ``ended``: the
+    longest time between two advances of the merged sequence (the most any node has
+    merged), counted from ``started`` up to the first advance after ``ended``. None if
+    merging never advanced after it. With the publishers publishing all along, a stream
+    that never stalls shows about one sampling interval."""
+    advances: list[float] = []
+    top: int | None = None
+    for s in samples:
+        seq = max(s.merged_seq.values(), default=None)
+        if seq is None:  # no node answered
+            continue
+        if top is not None and seq > top:
+            advances.append(s.t)
+        top = seq if top is None else max(top, seq)
+    end = next((t for t in advances if t > ended), None)
+    if end is None:
+        return None
+    points = [started, *(t for t in advances if started < t <= end)]
+    return round(max(b - a for a, b in itertools.pairwise(points)), 2)

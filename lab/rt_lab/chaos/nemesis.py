@@ -38,6 +38,7 @@ class Injected:
     did: str = ""
     error: str | None = None  # the fault could not be injected (why)
     recovery_s: float | None = None
+    stall_s: float | None = None  # the longest merging stood still around it (monitor.py)
     notes: list[str] = field(default_factory=list)
 
 

@@ -37,6 +37,7 @@ def as_dict(result: ChaosResult) -> dict[str, Any]:
         "stuck": result.stuck,
         "exited_on_their_own": result.exits,
         "elapsed_s": result.elapsed_s,
+        "stalls_by_kind": stalls_by_kind(result),
         "samples": [asdict(s) for s in result.samples],
         "injected": [
             {
@@ -46,6 +47,7 @@ def as_dict(result: ChaosResult) -> dict[str, Any]:
                 "did": r.did,
                 "error": r.error,
                 "recovery_s": r.recovery_s,
+                "stall_s": r.stall_s,
             }
             for r in result.injected
         ],
@@ -63,6 +65,29 @@ def _recoveries(result: ChaosResult) -> str:
     )
 
 
+def stalls_by_kind(result: ChaosResult) -> dict[str, dict[str, float | int]]:
+    """Per fault kind: how long merging stood still around its faults (median, max, and
+    how many never saw merging advance again before the run ended)."""
+    out: dict[str, dict[str, float | int]] = {}
+    for kind in sorted({r.fault.kind for r in result.injected}):
+        of_kind = [r for r in result.injected if r.fault.kind == kind]
+        times = sorted(r.stall_s for r in of_kind if r.stall_s is not None)
+        figures: dict[str, float | int] = {"faults": len(of_kind)}
+        if times:
+            figures |= {"median_s": times[len(times) // 2], "max_s": times[-1]}
+        figures["never_advanced"] = len(of_kind) - len(times)
+        out[kind] = figures
+    return out
+
+
+def _stalls(result: ChaosResult) -> str:
+    parts = [
+        f"{kind} {f['median_s']:.1f}/{f['max_s']:.1f}" if "median_s" in f else f"{kind} -"
+        for kind, f in stalls_by_kind(result).items()
+    ]
+    return "merging stood still, median/max s by fault: " + (", ".join(parts) or "no faults")
+
+
 def summary(result: ChaosResult) -> str:
     """What ``rt chaos`` prints at the end."""
     v = result.verdict
@@ -75,6 +100,7 @@ def summary(result: ChaosResult) -> str:
         f"not acknowledged: {v.unacked_delivered} delivered, {v.unacked_lost} lost (allowed)",
         f"violations: {counts}",
         _recoveries(result),
+        _stalls(result),
         f"daemons that exited on their own: {len(result.exits) or 'none'}",
     ]
     lines += [f"  {e}" for e in result.exits]
@@ -98,15 +124,16 @@ def _markdown(result: ChaosResult) -> str:
         out.append(f"Not available here: {fault} ({why}).")
     out += [
         "",
-        "| start (s) | fault | what was done | lasted (s) | recovery (s) |",
-        "|---:|---|---|---:|---:|",
+        "| start (s) | fault | what was done | lasted (s) | recovery (s) | stood still (s) |",
+        "|---:|---|---|---:|---:|---:|",
     ]
     for r in doc["injected"]:
         recovery = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.1f}"
+        stall = "-" if r["stall_s"] is None else f"{r['stall_s']:.1f}"
         did = r["did"] + (f" (failed: {r['error']})" if r["error"] else "")
         kind = f"{r['kind']} {r['variant']}".strip()
         lasted = r["ended"] - r["started"]
-        out.append(f"| {r['started']:.1f} | {kind} | {did} | {lasted:.1f} | {recovery} |")
+        out.append(f"| {r['started']:.1f} | {kind} | {did} | {lasted:.1f} | {recovery} | {stall} |")
     out += ["", "![timeline](timeline.png)", ""]
     return "\n".join(out)
 

@@ -28,7 +28,7 @@ from rt_lab.chaos.history import (
     read_journal,
     read_log,
 )
-from rt_lab.chaos.monitor import Monitor, Sample, recovery_time
+from rt_lab.chaos.monitor import Monitor, Sample, recovery_time, stall_time
 from rt_lab.chaos.nemesis import Injected, Nemesis
 from rt_lab.chaos.schedule import Fault, Load, draw_schedule
 from rt_lab.chaos.world import World, available_faults
@@ -111,6 +111,7 @@ def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
         result.injected = nemesis.injected
         for record in result.injected:
             record.recovery_s = recovery_time(result.samples, record.ended, options.nodes)
+            record.stall_s = stall_time(result.samples, record.started, record.ended)
         for host in world.load.subscribers:
             world.app(host).stop()
         _judge(world, result)

@@ -14,6 +14,7 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rt_appliance.sequencer.raft.vote import Vote, VoteStore
 
 __all__ = [
     "JOURNALS",
+    "ON_FULL",
     "SyncedJournal",
     "allocated_write",
     "create_journal",
@@ -33,6 +35,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# Called (from the thread that appends, before it waits for room) when a journal cannot
+# grow: the node's fitness to lead hears of it (sequencer/fitness.py). The node's event
+# loop then waits, so nothing that runs on it can be told.
+ON_FULL: list[Callable[[str], None]] = []
 
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 
@@ -270,6 +277,8 @@ def _allocate(fd: int, start: int, end: int, name: str) -> None:
                 log.warning("raft journal %s: room again, going on", name)
             return
         except OSError as exc:
+            for hook in ON_FULL:
+                hook(f"{name}: cannot grow to {end} bytes: {exc.strerror}")
             now = time.monotonic()
             if now - logged_at >= JOURNAL_FULL_LOG_EVERY_S:
                 log.error(

@@ -12,6 +12,11 @@
   only once a journal sync has covered it.
 * **Snapshots are JSON**: the state machine's, plus the two raft entries pysyncobj keeps.
 * **Every ``SyncObjConf`` option is set explicitly** in :func:`_conf`.
+* **A node unfit to lead steps down** (:meth:`RaftNode.set_unfit`): a leader hands its
+  leadership to its most caught-up follower (pysyncobj's ``transferLeadership``, raft's
+  TimeoutNow: that follower stands at once, no election timeout is waited out) or, if
+  none is caught up within ``STEP_DOWN_FORCE_S``, becomes a follower without a hand-over;
+  while unfit, the node stands for no election (its election deadline is kept ahead).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.node import Node, TCPNode
+from pysyncobj.syncobj import _RAFT_STATE
 
 from rt_appliance import trace
 from rt_appliance.config.model import StreamConfig
@@ -52,6 +58,7 @@ from rt_appliance.limits import (
     RAFT_TICK_FAILURE_LOG_EVERY_S,
     RAFT_TICK_S,
     RAFT_TIMER_SLACK_S,
+    STEP_DOWN_FORCE_S,
 )
 from rt_appliance.sequencer.raft import patches
 from rt_appliance.sequencer.raft.codec import UNDECODABLE
@@ -154,6 +161,9 @@ class RaftNode:
         self._commit_seen = 0
         self._timer: asyncio.TimerHandle | None = None
         self._next_failure_log = 0.0
+        self._unfit: str | None = None  # why this node should not lead now
+        self._stepping_since: float | None = None  # when this leader began to step down
+        self.stepped_down = 0  # leaderships given up for being unfit
 
     async def wait_listening(self) -> None:
         """Return once raft's port accepts connections."""
@@ -208,6 +218,8 @@ class RaftNode:
     def _tick(self) -> None:
         self._tick_pending = False
         try:
+            if self._unfit is not None and not self._obj._isLeader():
+                self._hold_candidacy()
             self._obj.doTick(0.0)
             if trace.enabled():
                 commit = self._obj._SyncObj__raftCommitIndex
@@ -221,6 +233,50 @@ class RaftNode:
                 self._next_failure_log = time.monotonic() + RAFT_TICK_FAILURE_LOG_EVERY_S
         finally:
             self._arm_timer()
+
+    def set_unfit(self, reason: str | None) -> None:
+        """Whether this node should lead (``None``) or not, and why (on the loop's thread).
+
+        Unfit and leading: hand leadership over now (and again at each call until it is
+        gone), or give it up without a hand-over once ``STEP_DOWN_FORCE_S`` passed with
+        no follower caught up. Unfit: stand for no election. Fit: as raft would. A node
+        with no peers leads whatever its state: nobody could lead in its place."""
+        if len(self.config.nodes) == 1:
+            reason = None
+        if reason is not None and self._unfit is None:
+            log.warning("raft: this node is unfit to lead: %s", reason)
+        elif reason is None and self._unfit is not None:
+            log.info("raft: this node is fit to lead again")
+        self._unfit = reason
+        obj = self._obj
+        if reason is None or not obj._isLeader():
+            self._stepping_since = None
+            return
+        now = time.monotonic()
+        if self._stepping_since is None:
+            self._stepping_since = now
+            self.stepped_down += 1
+            log.warning("raft: stepping down as leader (term %d): %s", self.term(), reason)
+        if now - self._stepping_since < STEP_DOWN_FORCE_S:
+            obj.transferLeadership(None, _transfer_answer)
+        else:
+            log.warning("raft: no follower caught up to hand leadership to; leaving it")
+            obj._SyncObj__raftState = _RAFT_STATE.FOLLOWER  # as pysyncobj's own fallback
+            obj._SyncObj__raftLeader = None
+            self._hold_candidacy()
+        self._kick()
+
+    @property
+    def unfit(self) -> str | None:
+        """Why this node does not lead now, or None."""
+        return self._unfit
+
+    def _hold_candidacy(self) -> None:
+        """Keep this follower's election deadline a whole timeout ahead: it stands for no
+        election (it still votes, and follows whoever wins)."""
+        ahead = time.monotonic() + self.config.sequencer.raft_max_timeout_ms / 1000
+        obj = self._obj
+        obj._SyncObj__raftElectionDeadline = max(obj._SyncObj__raftElectionDeadline, ahead)
 
     @property
     def apply_errors(self) -> int:
@@ -335,6 +391,11 @@ _FAIL_NAMES = {
     # patches.install refuses); read by name so an older release still imports this
     getattr(FAIL_REASON, "UNKNOWN_OUTCOME", 7): "outcome unknown (the leader restarted)",
 }
+
+
+def _transfer_answer(_result: Any, error: int) -> None:
+    if error != FAIL_REASON.SUCCESS:  # no follower caught up yet: asked again next time
+        log.debug("raft: leadership hand-over not made (%s)", _FAIL_NAMES.get(error, error))
 
 
 class _NoNotifier:

@@ -392,7 +392,18 @@ class Merger:
                     raise RTError(f"{peer} could not give the {size}-byte merged record at {at}")
                 body = whole
                 records, _, _ = parse_merged_records(body[header_len:], base + header_len)
-            records = [r for r in records if r.seq <= target_seq]
+            within = [r for r in records if r.seq <= target_seq]
+            if not within and records and self._starts_at_kept(at, records[0].seq):
+                log.warning(
+                    "merger: merged records up to seq %d are pruned on every node; this "
+                    "node's merged log starts at %s's oldest file (%s, seq %d on)",
+                    target_seq,
+                    peer,
+                    at,
+                    records[0].seq,
+                )
+                within = records
+            records = within
             if not records:
                 if got.next_file is not None and got.file_size == at.offset + len(body):
                     at = got.next_file
@@ -422,6 +433,19 @@ class Merger:
         node will ever give those records again, and none is owed."""
         pruned_below = self.machine.committed().pruned_below
         return oldest is not None and at.roll < pruned_below and oldest.roll > at.roll
+
+    def _starts_at_kept(self, at: Position, first_seq: int) -> bool:
+        """Whether this node's merged log, empty (never written, or dropped by
+        :meth:`_drop_pruned`), must start at ``at``: the start of a peer's file whose first
+        record is ``first_seq``, with every record before it in files the stream pruned
+        by a committed decision. No node will give those records again (a snapshot's
+        target among them included), so the log starts with what is kept."""
+        return (
+            self.merged.roll < 0
+            and at.offset == 0
+            and first_seq > self.merged.seq + 1
+            and at.roll <= self.machine.committed().pruned_below
+        )
 
     def _drop_pruned(self, oldest: Position) -> Position:
         """This node's merged files end below what the stream keeps (it was down, or

@@ -1,4 +1,6 @@
-"""Samples a chaos stream's progress every second, for the timeline and recovery times."""
+"""Samples a chaos stream's progress: every node's status each second (the timeline,
+recovery times), and where the merged logs end every :data:`MARK_S` (how long merging
+stood still around each fault)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,17 @@ import threading
 import time
 from dataclasses import dataclass
 
+from rt_appliance.log.segments import list_files
 from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
 from rt_lab.testing.stream import LocalStream
 
-__all__ = ["Monitor", "Sample", "recovery_time", "stall_time"]
+__all__ = ["Mark", "Monitor", "Sample", "moved_after", "recovery_time", "stall_time"]
 
 INTERVAL_S = 1.0
 ASK_TIMEOUT_S = 1.5
+MARK_S = 0.2  # how often the merged logs' ends are read (from disk: no request to a node)
+
+Mark = tuple[float, tuple[int, int, int]]  # (seconds since the start, the furthest end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,7 @@ class Monitor:
     def __init__(self, stream: LocalStream, t0: float) -> None:
         self.stream, self.t0 = stream, t0
         self.samples: list[Sample] = []
+        self.marks: list[Mark] = []  # the furthest any node's merged log reaches, over time
         self.exits: list[str] = []  # daemons that exited on their own (not killed by a fault)
         self._seen_exits: set[int] = set()
         self._stop = threading.Event()
@@ -47,32 +54,53 @@ class Monitor:
         self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        config, names = self.stream.config, self.stream.node_names
+        next_round = 0.0
         while not self._stop.is_set():
             began = time.monotonic()
+            if began >= next_round:
+                self._round(began)
+                next_round = began + INTERVAL_S
+            self._mark()
+            self._stop.wait(max(0.0, MARK_S - (time.monotonic() - began)))
+
+    def _round(self, began: float) -> None:
+        config, names = self.stream.config, self.stream.node_names
+        try:
+            answers = asyncio.run(gather_status(config, names[0], ASK_TIMEOUT_S, names))
+        except Exception:  # a status round failing is a gap in the timeline, nothing more
+            answers = {}
+        nodes = [a for a in answers.values() if isinstance(a, NodeStatus)]
+        merged = 0
+        for name in names:
             try:
-                answers = asyncio.run(gather_status(config, names[0], ASK_TIMEOUT_S, names))
-            except Exception:  # a status round failing is a gap in the timeline, nothing more
-                answers = {}
-            nodes = [a for a in answers.values() if isinstance(a, NodeStatus)]
-            merged = 0
-            for name in names:
-                try:
-                    files = self.stream.merged_dir(name).glob("log.*")
-                    merged = max(merged, sum(f.stat().st_size for f in files))
-                except OSError:
-                    continue
-            self.samples.append(
-                Sample(
-                    round(began - self.t0, 2),
-                    leader_of(answers) if answers else None,
-                    {n.name: n.commit_index for n in nodes},
-                    {n.name: n.merged_seq for n in nodes},
-                    merged,
-                )
+                files = self.stream.merged_dir(name).glob("log.*")
+                merged = max(merged, sum(f.stat().st_size for f in files))
+            except OSError:
+                continue
+        self.samples.append(
+            Sample(
+                round(began - self.t0, 2),
+                leader_of(answers) if answers else None,
+                {n.name: n.commit_index for n in nodes},
+                {n.name: n.merged_seq for n in nodes},
+                merged,
             )
-            self._note_exits(began - self.t0)
-            self._stop.wait(max(0.0, INTERVAL_S - (time.monotonic() - began)))
+        )
+        self._note_exits(began - self.t0)
+
+    def _mark(self) -> None:
+        """Note the furthest end of any node's merged log (its newest file and size)."""
+        ends = []
+        for name in self.stream.node_names:
+            try:
+                files = list_files(self.stream.merged_dir(name))
+                if files:
+                    newest = files[-1]
+                    ends.append((newest.session, newest.roll, newest.path.stat().st_size))
+            except OSError:  # a file pruned or a disk swapped meanwhile: next time
+                continue
+        if ends:
+            self.marks.append((round(time.monotonic() - self.t0, 2), max(ends)))
 
     def _note_exits(self, t: float) -> None:
         """Record daemons that exited with anything but SIGKILL (which only faults send)."""
@@ -103,23 +131,31 @@ def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float 
     return None
 
 
-def stall_time(samples: list[Sample], started: float, ended: float) -> float | None:
-    """How long merging stood still around a fault from ``started`` to ``ended``: the
-    longest time between two advances of the merged sequence (the most any node has
-    merged), counted from ``started`` up to the first advance after ``ended``. None if
-    merging never advanced after it. With the publishers publishing all along, a stream
-    that never stalls shows about one sampling interval."""
+def _advances(marks: list[Mark]) -> list[float]:
+    """When the furthest merged end moved past the furthest seen before."""
     advances: list[float] = []
-    top: int | None = None
-    for s in samples:
-        seq = max(s.merged_seq.values(), default=None)
-        if seq is None:  # no node answered
-            continue
-        if top is not None and seq > top:
-            advances.append(s.t)
-        top = seq if top is None else max(top, seq)
-    end = next((t for t in advances if t > ended), None)
-    if end is None:
+    top: tuple[int, int, int] | None = None
+    for t, end in marks:
+        if top is not None and end > top:
+            advances.append(t)
+        top = end if top is None else max(top, end)
+    return advances
+
+
+def moved_after(marks: list[Mark], t: float) -> float | None:
+    """When merging first moved after ``t`` (None: never)."""
+    return next((a for a in _advances(marks) if a > t), None)
+
+
+def stall_time(marks: list[Mark], started: float, ended: float) -> float | None:
+    """How long merging stood still around a fault from ``started`` to ``ended``: the
+    longest time between two advances of the furthest merged end (past the furthest seen
+    before), counted from ``started`` up to the first advance after ``ended``. None if
+    merging never moved after it. With publishers publishing all along, a stream that
+    never stalls shows about :data:`MARK_S`."""
+    advances = _advances(marks)
+    after = next((t for t in advances if t > ended), None)
+    if after is None:
         return None
-    points = [started, *(t for t in advances if started < t <= end)]
+    points = [started, *(t for t in advances if started < t <= after)]
     return round(max(b - a for a, b in itertools.pairwise(points)), 2)

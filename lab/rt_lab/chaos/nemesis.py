@@ -39,6 +39,7 @@ class Injected:
     error: str | None = None  # the fault could not be injected (why)
     recovery_s: float | None = None
     stall_s: float | None = None  # the longest merging stood still around it (monitor.py)
+    moved_at: float | None = None  # when merging first moved after it ended (None: never)
     notes: list[str] = field(default_factory=list)
 
 

@@ -38,6 +38,7 @@ def as_dict(result: ChaosResult) -> dict[str, Any]:
         "exited_on_their_own": result.exits,
         "elapsed_s": result.elapsed_s,
         "stalls_by_kind": stalls_by_kind(result),
+        "availability": _availability_doc(result),
         "samples": [asdict(s) for s in result.samples],
         "injected": [
             {
@@ -80,6 +81,31 @@ def stalls_by_kind(result: ChaosResult) -> dict[str, dict[str, float | int]]:
     return out
 
 
+def _availability_doc(result: ChaosResult) -> dict[str, object] | None:
+    a = result.availability
+    if a is None:
+        return None
+    return {
+        "max_stall_s": a.max_stall_s,
+        "judged": a.judged,
+        "worst_s": a.worst_s,
+        "ok": a.ok,
+        "violations": a.violations,
+    }
+
+
+def _availability(result: ChaosResult) -> list[str]:
+    a = result.availability
+    if a is None:
+        return []
+    worst = "-" if a.worst_s is None else f"{a.worst_s:.1f}s"
+    lines = [
+        f"availability: {'PASS' if a.ok else 'FAIL'}: {a.judged} one-node faults judged, "
+        f"merging stood still at most {worst} (bound {a.max_stall_s:.1f}s)"
+    ]
+    return lines + [f"  stalled: {v}" for v in a.violations]
+
+
 def _stalls(result: ChaosResult) -> str:
     parts = [
         f"{kind} {f['median_s']:.1f}/{f['max_s']:.1f}" if "median_s" in f else f"{kind} -"
@@ -93,7 +119,7 @@ def summary(result: ChaosResult) -> str:
     v = result.verdict
     counts = ", ".join(f"{k} {v[k].count}" for k in SAFETY)
     lines = [
-        f"{'PASS' if result.safe else 'FAIL'}: seed {result.options.seed}, "
+        f"{'PASS' if result.safe and result.available else 'FAIL'}: seed {result.options.seed}, "
         f"{len(result.injected)} faults in {result.options.seconds:.0f}s on "
         f"{result.options.nodes} nodes",
         f"messages: {v.checked} checked, {v.acked} acknowledged of {v.attempted} published; "
@@ -101,6 +127,7 @@ def summary(result: ChaosResult) -> str:
         f"violations: {counts}",
         _recoveries(result),
         _stalls(result),
+        *_availability(result),
         f"daemons that exited on their own: {len(result.exits) or 'none'}",
     ]
     lines += [f"  {e}" for e in result.exits]

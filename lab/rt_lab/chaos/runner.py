@@ -13,6 +13,7 @@ from pathlib import Path
 from rt_appliance.log.segments import list_files
 from rt_appliance.nodestatus import NodeStatus, leader_of
 from rt_appliance.subscribe import Subscriber
+from rt_lab.chaos.availability import Availability, judge_availability
 from rt_lab.chaos.checker import (
     Verdict,
     count_unacked,
@@ -28,17 +29,15 @@ from rt_lab.chaos.history import (
     read_journal,
     read_log,
 )
-from rt_lab.chaos.monitor import Monitor, Sample, recovery_time, stall_time
+from rt_lab.chaos.monitor import Monitor, Sample, moved_after, recovery_time, stall_time
 from rt_lab.chaos.nemesis import Injected, Nemesis
-from rt_lab.chaos.schedule import Fault, Load, draw_schedule
+from rt_lab.chaos.schedule import ELECTION_S, Fault, Load, draw_schedule
 from rt_lab.chaos.world import World, available_faults
 from rt_lab.testing.checkers import log_files_or_empty
 
 __all__ = ["ChaosOptions", "ChaosResult", "run_chaos"]
 
 log = logging.getLogger(__name__)
-
-ELECTION_S = 1.0  # raft's longest election timeout (raft_max_timeout_ms by default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +50,7 @@ class ChaosOptions:
     rate: float = 200.0  # messages per second per publisher
     settle_s: float = 120.0  # bound on recovery after the faults stop: beyond it, stuck
     partitions: str = "auto"  # how partitions are made (world.PARTITION_MODES)
+    max_stall_s: float = ELECTION_S + 1.0  # longest a one-node fault may stop merging
 
 
 @dataclass(slots=True)
@@ -65,10 +65,15 @@ class ChaosResult:
     stuck: list[str] = field(default_factory=list)
     exits: list[str] = field(default_factory=list)  # daemons that exited on their own
     elapsed_s: float = 0.0
+    availability: Availability | None = None  # judged once the faults are over
 
     @property
     def safe(self) -> bool:
         return self.verdict.safe
+
+    @property
+    def available(self) -> bool:
+        return self.availability is None or self.availability.ok
 
 
 Progress = Callable[[str], None]
@@ -111,7 +116,9 @@ def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
         result.injected = nemesis.injected
         for record in result.injected:
             record.recovery_s = recovery_time(result.samples, record.ended, options.nodes)
-            record.stall_s = stall_time(result.samples, record.started, record.ended)
+            record.stall_s = stall_time(monitor.marks, record.started, record.ended)
+            record.moved_at = moved_after(monitor.marks, record.ended)
+        result.availability = judge_availability(result.injected, options.max_stall_s)
         for host in world.load.subscribers:
             world.app(host).stop()
         _judge(world, result)

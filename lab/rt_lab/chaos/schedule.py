@@ -40,6 +40,7 @@ FAULTS = tuple(k.value for k in FaultKind)
 
 PARTITIONS = ("halves", "minority", "lone-leader", "bridge", "one-way")
 CORRUPTIONS = ("flip", "truncate", "zero")
+ELECTION_S = 1.0  # raft's longest election timeout (raft_max_timeout_ms by default)
 WARMUP_S = 5.0  # load runs this long before the first fault
 GAP_S = (1.0, 5.0)  # quiet time after each fault
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from rt_lab.chaos.schedule import FAULTS
+from rt_lab.chaos.schedule import ELECTION_S, FAULTS
 from rt_lab.cli.options import (
     flag,
     nodes_option,
@@ -75,6 +75,15 @@ def _faults(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str
     least=5,
     most=3600,
 )
+@seconds_option(
+    "--max-stall",
+    ELECTION_S + 1.0,
+    "Longest a one-node fault may stop merging (a kill, pause, full disk, corruption or "
+    "clock jump of one host, a partition that leaves a majority together) before the run "
+    "fails  [default: the longest election timeout + 1 s].",
+    least=0.2,
+    most=3600,
+)
 @workdir_option(
     "Directory for the stream, the journals and the report (must be empty or new).", required=True
 )
@@ -90,6 +99,7 @@ def chaos(
     seed: int | None,
     rate: float,
     settle_seconds: float,
+    max_stall: float,
     workdir: Path,
     schedule_only: bool,
     partitions: str,
@@ -116,8 +126,11 @@ def chaos(
     checker counts: lost (acknowledged, never delivered), duplicated, reordered,
     unexpected, dedup (an id delivered twice), divergent (logs or copies that
     differ), stuck. Messages never acknowledged may be lost; they are counted
-    apart. Writes report.json, report.md and timeline.png to --workdir.
-    Exit status 1 on any violation; the seed is printed either way.
+    apart. Availability: for every fault, how long merging stood still (from its
+    start to the first advance after it ends); a one-node fault that stopped it
+    longer than --max-stall fails the run (faults that take a majority are
+    reported, not judged). Writes report.json, report.md and timeline.png to
+    --workdir. Exit status 1 on any violation; the seed is printed either way.
     """
     from rt_lab.chaos import userns
     from rt_lab.chaos.schedule import draw_schedule
@@ -154,12 +167,20 @@ def chaos(
 
     click.echo(f"rt chaos: seed {seed}")
     options = ChaosOptions(
-        workdir.resolve(), seed, int(nodes), seconds, faults, rate, settle_seconds, partitions
+        workdir.resolve(),
+        seed,
+        int(nodes),
+        seconds,
+        faults,
+        rate,
+        settle_seconds,
+        partitions,
+        max_stall,
     )
     result = run_chaos(options, progress())
     paths = write_report(result, workdir)
     click.echo(summary(result))
     click.echo(f"report: {paths['markdown']}  timeline: {paths['timeline']}")
     click.echo(f"seed {seed}")
-    if not result.safe:
+    if not (result.safe and result.available):
         sys.exit(1)

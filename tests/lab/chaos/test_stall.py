@@ -1,41 +1,86 @@
-"""How long merging stood still around a fault, from the monitor's samples."""
+"""How long merging stood still around a fault, from the monitor's marks of the furthest
+merged end, and which faults the availability verdict judges."""
 
 from __future__ import annotations
 
 import pytest
 
-from rt_lab.chaos.monitor import Sample, stall_time
+from rt_lab.chaos.availability import judge_availability
+from rt_lab.chaos.monitor import Mark, stall_time
+from rt_lab.chaos.nemesis import Injected
+from rt_lab.chaos.schedule import Fault
 
 pytestmark = pytest.mark.unit
 
 
-def _samples(seqs: list[int | None]) -> list[Sample]:
-    """One sample a second; None: no node answered."""
-    return [
-        Sample(float(t), "rt-1" if s is not None else None, {}, {"rt-1": s} if s else {}, 0)
-        for t, s in enumerate(seqs)
-    ]
+def _marks(offsets: list[int | None], every: float = 1.0) -> list[Mark]:
+    """One mark per ``every`` seconds, the furthest end at (session 1, roll 0, offset);
+    None: no node's merged log could be read then."""
+    return [(i * every, (1, 0, o)) for i, o in enumerate(offsets) if o is not None]
 
 
 def test_a_stream_merging_all_along_stalls_one_interval() -> None:
-    samples = _samples([1, 2, 3, 4, 5, 6, 7])
-    assert stall_time(samples, 2.5, 4.5) == 1.0
+    marks = _marks([1, 2, 3, 4, 5, 6, 7], every=0.2)
+    assert stall_time(marks, 0.5, 0.9) == pytest.approx(0.2)
 
 
 def test_the_longest_still_stretch_from_the_start_to_the_first_advance_after_the_end() -> None:
-    #                   0  1  2  3  4  5  6  7  8  9
-    samples = _samples([1, 2, 3, 3, 3, 3, 4, 5, 5, 6])
+    #                 0  1  2  3  4  5  6  7  8  9
+    marks = _marks([1, 2, 3, 3, 3, 3, 4, 5, 5, 6])
     # the fault from 2.5 s to 4.0 s: merging moved at 2, then not until 6
-    assert stall_time(samples, 2.5, 4.0) == 3.5
+    assert stall_time(marks, 2.5, 4.0) == 3.5
     # a fault from 6.5 to 7.2: it moved at 7, then not until 9
-    assert stall_time(samples, 6.5, 7.2) == 2.0
+    assert stall_time(marks, 6.5, 7.2) == 2.0
 
 
-def test_samples_no_node_answered_are_skipped_and_restarts_do_not_count() -> None:
-    # every node down from 2 to 4 (a power loss); a node back at 5 with less merged
-    samples = _samples([10, 11, None, None, None, 8, 11, 12])
-    assert stall_time(samples, 1.5, 4.0) == 5.5  # from 1.5 to the advance to 12 at 7
+def test_unreadable_moments_are_skipped_and_going_back_is_no_advance() -> None:
+    # nothing readable from 2 to 4 (a power loss); then the logs end lower (unsynced
+    # bytes lost) and only the mark past the old furthest end counts as an advance
+    marks = _marks([10, 11, None, None, None, 8, 11, 12])
+    assert stall_time(marks, 1.5, 4.0) == 5.5
+
+
+def test_a_new_roll_is_an_advance() -> None:
+    marks: list[Mark] = [(0.0, (1, 0, 900)), (1.0, (1, 1, 64)), (2.0, (1, 1, 64))]
+    assert stall_time(marks, 0.5, 0.6) == 0.5
 
 
 def test_no_advance_after_the_fault_is_none() -> None:
-    assert stall_time(_samples([1, 2, 2, 2]), 1.5, 2.5) is None
+    assert stall_time(_marks([1, 2, 2, 2]), 1.5, 2.5) is None
+
+
+def _injected(
+    kind: str, target: str, variant: str, started: float, stall: float | None
+) -> Injected:
+    record = Injected(Fault(started, kind, target, variant, 2.0), started, started + 2.0)
+    record.stall_s = stall
+    record.moved_at = None if stall is None else started + 2.0 + 0.2
+    return record
+
+
+def test_one_node_faults_are_judged_against_the_bound() -> None:
+    verdict = judge_availability(
+        [
+            _injected("kill", "rt-1", "node", 10.0, 1.6),
+            _injected("disk-full", "rt-2", "", 20.0, 8.5),  # the leader's full disk, before
+            _injected("kill", "rt-1,rt-2", "node", 30.0, 9.0),  # a majority: not judged
+            _injected("partition", "a|b via c", "bridge", 40.0, 9.0),  # not judged
+            _injected("power-loss", "all", "", 50.0, 12.0),  # not judged
+        ],
+        2.0,
+    )
+    assert verdict.judged == 2 and verdict.worst_s == 8.5
+    assert not verdict.ok
+    assert verdict.violations == [
+        "disk-full rt-2 for 2.0s at 20.0s: merging stood still 8.5s (bound 2.0s)"
+    ]
+
+
+def test_a_fault_during_the_one_before_s_recovery_is_not_judged() -> None:
+    power = _injected("power-loss", "all", "", 10.0, 15.0)
+    power.moved_at = 30.0  # merging moved again only 18 s after the power came back
+    pause = _injected("pause", "rt-1", "node", 14.0, 14.0)  # began before that
+    kill = _injected("kill", "rt-2", "node", 40.0, None)  # never moved again: judged
+    verdict = judge_availability([power, pause, kill], 2.0)
+    assert verdict.judged == 1
+    assert verdict.violations == ["kill node rt-2 for 2.0s at 40.0s: merging never moved again"]

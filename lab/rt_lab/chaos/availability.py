@@ -1,0 +1,69 @@
+"""The availability verdict: a fault one node suffers must not stop the merged stream for
+longer than ``--max-stall``, since a majority of healthy nodes can go on without it.
+
+Judged (one node's fault): a kill or pause of one host (a node, a client daemon, an
+application), a node's full disk, corruption or clock jump, and a partition that leaves
+a majority together (``minority``, ``lone-leader``, ``halves``). Reported only: faults
+that take a majority (a power loss of every node, a kill or pause of several nodes) and
+partitions raft cannot always lead through (``bridge``, ``one-way``). A fault that began
+while merging had not yet moved again after the fault before it is not judged either:
+its stall is the earlier fault's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rt_lab.chaos.nemesis import Injected
+from rt_lab.chaos.schedule import Fault, FaultKind
+
+__all__ = ["Availability", "judge_availability", "judged"]
+
+JUDGED_PARTITIONS = frozenset({"minority", "lone-leader", "halves"})
+
+
+def judged(fault: Fault) -> bool:
+    """Whether ``fault`` takes one node at most (the availability verdict judges it)."""
+    if fault.kind == FaultKind.POWER_LOSS:
+        return False
+    if fault.kind == FaultKind.PARTITION:
+        return fault.variant in JUDGED_PARTITIONS
+    if fault.kind in (FaultKind.KILL, FaultKind.PAUSE):
+        return "," not in fault.target
+    return True
+
+
+@dataclass(slots=True)
+class Availability:
+    max_stall_s: float
+    judged: int = 0  # faults judged
+    worst_s: float | None = None  # the longest stall among them
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+def judge_availability(injected: Sequence[Injected], max_stall_s: float) -> Availability:
+    """Judge each one-node fault's ``stall_s`` against ``max_stall_s``."""
+    verdict = Availability(max_stall_s)
+    moved_at: float | None = 0.0  # when merging first moved after the fault before
+    for record in injected:
+        fault = record.fault
+        settled = moved_at is not None and record.started >= moved_at
+        moved_at = record.moved_at
+        if not judged(fault) or record.error is not None or not settled:
+            continue
+        verdict.judged += 1
+        what = f"{fault.describe()} at {record.started:.1f}s"
+        if record.stall_s is None:
+            verdict.violations.append(f"{what}: merging never moved again")
+            continue
+        verdict.worst_s = max(verdict.worst_s or 0.0, record.stall_s)
+        if record.stall_s > max_stall_s:
+            verdict.violations.append(
+                f"{what}: merging stood still {record.stall_s:.1f}s (bound {max_stall_s:.1f}s)"
+            )
+    return verdict

@@ -56,14 +56,16 @@ fuzz: $(FUZZ_STAMP)
 # rt chaos: a 3-node stream under load for CHAOS_MINUTES with every fault this machine
 # allows (partition, disk-full and power-loss need root), then the checker's verdict
 # (exit 1 on any violation). CHAOS_SEED picks the schedule (default: random, printed).
-# The report, timeline and every daemon's log stay in CHAOS_DIR.
-CHAOS_MINUTES ?= 2
-CHAOS_SEED    ?=
-CHAOS_DIR     ?= /tmp/rt-chaos
+# The report, timeline and every daemon's log stay in CHAOS_DIR. CHAOS_MAX_STALL, if
+# set, is the availability bound (--max-stall; default: the election timeout + 1 s).
+CHAOS_MINUTES   ?= 2
+CHAOS_SEED      ?=
+CHAOS_DIR       ?= /tmp/rt-chaos
+CHAOS_MAX_STALL ?=
 chaos: $(STAMP)
 	rm -rf $(CHAOS_DIR)
 	$(VENV)/bin/rt chaos --minutes $(CHAOS_MINUTES) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
-	    --workdir $(CHAOS_DIR)
+	    $(if $(CHAOS_MAX_STALL),--max-stall $(CHAOS_MAX_STALL)) --workdir $(CHAOS_DIR)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rt_appliance lab fuzz tests

@@ -1,4 +1,5 @@
-"""The commands ``rt`` takes from rt-lab: ``demo``, ``bench`` and ``chaos``.
+"""The group of ``rt``'s commands, each imported only when used; with the commands it
+takes from rt-lab: ``demo``, ``bench`` and ``chaos``.
 
 They live in a distribution of their own (``lab/``), which the product's packages do not
 carry. rt-lab declares them as entry points of the group ``rt.commands``; this group loads
@@ -9,7 +10,10 @@ and exit code 2.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 import click
 
@@ -64,15 +68,27 @@ def _load(entry: EntryPoint) -> click.Command:
 
 
 class LabGroup(click.Group):
-    """A click group that adds the ``rt.commands`` entry points, loaded when used."""
+    """A click group whose commands are imported when used: its own (``lazy``: name ->
+    ``module:attribute``) and the ``rt.commands`` entry points."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *LAB_COMMANDS, *_installed()})
+        return sorted({*super().list_commands(ctx), *self.lazy, *LAB_COMMANDS, *_installed()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             return command
+        if cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            loaded = getattr(importlib.import_module(module), attribute)
+            if not isinstance(loaded, click.Command):
+                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
+            self.add_command(loaded, cmd_name)
+            return loaded
         entry = _installed().get(cmd_name)
         if entry is not None:
             return _load(entry)

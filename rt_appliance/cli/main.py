@@ -12,22 +12,31 @@ import sys
 import click
 
 from rt_appliance import __version__
-from rt_appliance.cli.appliance_cmds import apply, config_group, validate
-from rt_appliance.cli.certs_cmds import certs
 from rt_appliance.cli.lab import LabGroup
-from rt_appliance.cli.log_cmds import log_group
-from rt_appliance.cli.node_cmds import node
-from rt_appliance.cli.pubsub_cmds import publish, subscribe
-from rt_appliance.cli.pull_cmds import pull_client
-from rt_appliance.cli.push_cmds import push_client
-from rt_appliance.cli.replication_cmds import replication
-from rt_appliance.cli.spark_cmds import spark_pipeline
-from rt_appliance.cli.status_cmds import status
 from rt_appliance.errors import RTError, UsageError
+
+# Each command's module is imported only when that command runs (or help lists it): a
+# daemon's start (`rt node`, `rt push-client`) does not pay for every other command's.
+COMMANDS = {
+    "publish": "rt_appliance.cli.pubsub_cmds:publish",
+    "subscribe": "rt_appliance.cli.pubsub_cmds:subscribe",
+    "log": "rt_appliance.cli.log_cmds:log_group",
+    "push-client": "rt_appliance.cli.push_cmds:push_client",
+    "replication": "rt_appliance.cli.replication_cmds:replication",
+    "certs": "rt_appliance.cli.certs_cmds:certs",
+    "pull-client": "rt_appliance.cli.pull_cmds:pull_client",
+    "node": "rt_appliance.cli.node_cmds:node",
+    "status": "rt_appliance.cli.status_cmds:status",
+    "validate": "rt_appliance.cli.appliance_cmds:validate",
+    "config": "rt_appliance.cli.appliance_cmds:config_group",
+    "apply": "rt_appliance.cli.appliance_cmds:apply",
+    "spark-pipeline": "rt_appliance.cli.spark_cmds:spark_pipeline",
+}
 
 
 @click.group(
-    cls=LabGroup,  # adds rt-lab's demo, bench and chaos when installed
+    cls=LabGroup,  # COMMANDS, and rt-lab's demo, bench and chaos when installed
+    lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, "--version", prog_name="rt")
@@ -50,21 +59,6 @@ def cli(log_level: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-
-
-cli.add_command(publish)
-cli.add_command(subscribe)
-cli.add_command(log_group)
-cli.add_command(push_client)
-cli.add_command(replication)
-cli.add_command(certs)
-cli.add_command(pull_client)
-cli.add_command(node)
-cli.add_command(status)
-cli.add_command(validate)
-cli.add_command(config_group)
-cli.add_command(apply)
-cli.add_command(spark_pipeline)
 
 
 def main() -> None:

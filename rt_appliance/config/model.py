@@ -243,7 +243,7 @@ class SequencerConfig(_Model):
     raft_min_timeout_ms: Annotated[int, Field(ge=50)] = 400  # election timeout, lower bound
     raft_max_timeout_ms: Annotated[int, Field(ge=100)] = 1000  # election timeout, upper bound
     append_entries_period_ms: Annotated[int, Field(ge=5)] = 100  # leader heartbeat
-    compaction_min_entries: Annotated[int, Field(ge=100)] = 20_000  # raft log entries
+    compaction_min_entries: Annotated[int, Field(ge=100)] = 4_000  # raft log entries
     compaction_min_s: Annotated[int, Field(ge=1)] = 600  # ... or this long since the last
 
     @model_validator(mode="after")

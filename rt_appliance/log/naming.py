@@ -13,6 +13,7 @@ The mapping between file names and positions lives here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from rt_appliance.errors import UsageError
@@ -91,6 +92,7 @@ def publisher_dir_name(topic: str, host: str) -> str:
     return f"{validate_topic(topic)}.{validate_host(host)}"
 
 
+@functools.lru_cache(maxsize=4096)  # names repeat: every merge instruction carries one
 def parse_publisher_dir(name: str) -> tuple[str, str] | None:
     """``(topic, host)`` from a publisher directory name, or None if it is not one."""
     topic, dot, rest = name.partition(".")

@@ -48,7 +48,7 @@ class SequencerMachine:
         with self.cond:
             ins = decode_instruction(command)
             before = self.state.watermark_of(ins.dir) if isinstance(ins, Merge) else None
-            applied = self.state.apply(command)
+            applied = self.state.apply_decoded(ins)
             if applied is None:
                 return False
             self.pending.append(Committed(applied, command, before, self.state.digest))

@@ -24,6 +24,7 @@ through SHA-256, so equal digests at equal sequence numbers mean equal logs.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import struct
@@ -64,6 +65,11 @@ def merged_header(stream: str, roll: int, created_ns: int) -> bytes:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _header_bytes(stream: str) -> int:
+    return len(merged_header(stream, 0, 0))
+
+
 def chain_digest(digest: str, seq: int, position: int, nbytes: int, crc: int) -> str:
     """The digest after appending one merged record to a log whose digest is ``digest``."""
     return hashlib.sha256(
@@ -71,6 +77,7 @@ def chain_digest(digest: str, seq: int, position: int, nbytes: int, crc: int) ->
     ).hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)  # a stream has few inputs; every apply asks
 def topic_of(dir_name: str) -> str:
     parsed = parse_publisher_dir(dir_name)
     return parsed[0] if parsed else dir_name
@@ -178,7 +185,7 @@ class SequencerState:
 
     @property
     def header_bytes(self) -> int:
-        return len(merged_header(self.stream, 0, 0))
+        return _header_bytes(self.stream)
 
     def next_position(self, nbytes: int) -> int:
         """Where a merged record of ``nbytes`` goes: after the log's end, or in a new file."""
@@ -197,7 +204,10 @@ class SequencerState:
 
     def apply(self, command: bytes) -> Instruction | None:
         """Apply one committed command; returns it, or None if it was rejected."""
-        instruction = decode_instruction(command)
+        return self.apply_decoded(decode_instruction(command))
+
+    def apply_decoded(self, instruction: Instruction | str) -> Instruction | None:
+        """:meth:`apply` of a command :func:`decode_instruction` has decoded already."""
         problem = instruction if isinstance(instruction, str) else self._check(instruction)
         if problem:
             self.rejected += 1

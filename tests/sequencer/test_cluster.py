@@ -128,7 +128,7 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     extra = {
         "sequencer": {
             "merged_roll_bytes": "1MiB",
-            "max_range_bytes": "8KiB",
+            "max_range_bytes": "4KiB",
             "compaction_min_entries": 100,
             "compaction_min_s": 1,
         }
@@ -143,7 +143,9 @@ def test_node_down_for_long_catches_up_after_snapshots(local_stream) -> None:  #
     assert held > 0
     stream.kill_node("rt-3")
     for f in feeds:
-        f.publish(2001, 40_000)  # hundreds of raft entries: the others compact their logs
+        # many hundreds of raft entries: the leader keeps entries for rt-3 up to four
+        # times compaction_min_entries, then compacts all the same
+        f.publish(2001, 40_000)
     wait_until(  # whichever of them leads has compacted well past what rt-3 holds
         lambda: all(
             _snapshot_seq(stream.data_dir(n) / "raft" / "raft.snapshot") > held + 100
@@ -166,7 +168,7 @@ def test_a_node_behind_what_the_stream_keeps_drops_it_and_catches_up(local_strea
     extra = {
         "sequencer": {
             "merged_roll_bytes": "1MiB",
-            "max_range_bytes": "64KiB",
+            "max_range_bytes": "16KiB",  # raft entries past what the leader keeps for rt-3
             "compaction_min_entries": 100,
             "compaction_min_s": 1,
         },
@@ -179,6 +181,7 @@ def test_a_node_behind_what_the_stream_keeps_drops_it_and_catches_up(local_strea
         f.payload_bytes = 200
         f.publish(1, 1000)
     wait_until(lambda: committed_seq(stream, "rt-3") > 0, 30, "rt-3 to merge something")
+    held_seq = committed_seq(stream, "rt-3")
     stream.kill_node("rt-3")
     held = {f.path.name for f in list_files(stream.merged_dir("rt-3"))}
     for f in feeds:
@@ -189,6 +192,14 @@ def test_a_node_behind_what_the_stream_keeps_drops_it_and_catches_up(local_strea
         return bool(kept) and not kept & held and len(kept) >= 2
 
     wait_until(pruned_past_rt3, 120, "rt-1 to prune every merged file rt-3 holds")
+    wait_until(  # the raft log rt-3 missed is compacted away too
+        lambda: all(
+            _snapshot_seq(stream.data_dir(n) / "raft" / "raft.snapshot") > held_seq + 100
+            for n in ("rt-1", "rt-2")
+        ),
+        60,
+        "a snapshot on rt-1 and rt-2 past what rt-3 missed",
+    )
     stream.start_node("rt-3")
 
     def same_as_rt1() -> bool:

@@ -10,6 +10,7 @@ the answer that reflects them).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -41,7 +42,15 @@ log = logging.getLogger(__name__)
 # loop then waits, so nothing that runs on it can be told.
 ON_FULL: list[Callable[[str], None]] = []
 
-_U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_U32, _U64, _ENTRY_HEAD = struct.Struct("<I"), struct.Struct("<Q"), struct.Struct("<IQQ")
+_JOURNAL_MIN_BYTES = 1024  # pysyncobj's initial journal file size
+
+
+def _record(command: bytes | str, idx: int, term: int) -> bytes:
+    """One journal record as pysyncobj writes it: size, index, term, command, size."""
+    data = command.encode() if isinstance(command, str) else bytes(command)
+    size = 16 + len(data)
+    return _ENTRY_HEAD.pack(size, idx, term) + data + _U32.pack(size)
 
 
 class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
@@ -62,6 +71,8 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         self.cuts = 0  # entries removed (a divergent tail, a compaction) so far
         self.syncs = 0
         self._cut_at: int | None = None  # see deleteEntriesFrom
+        with contextlib.suppress(FileNotFoundError):  # a compaction a crash interrupted
+            os.unlink(path + ".compacting")
         cut_torn_tail(path)
         super().__init__(path)
 
@@ -111,6 +122,54 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         another term; so here the cut waits for :meth:`add` to find that conflict, and an
         entry the log already holds is kept, as is the tail no message contradicts."""
         self._cut_at = entryFrom
+
+    def deleteEntriesTo(self, entryTo: int) -> None:
+        """Drop the entries before position ``entryTo`` (a compaction), all or nothing.
+
+        pysyncobj empties the file and writes the kept entries back through the mapping,
+        unsynced: a power loss meanwhile can leave a journal that lost entries this node
+        had synced and acknowledged. Here the kept entries go to a new file, synced, that
+        replaces the journal (:func:`durable_replace`): after a crash the journal is the
+        old one or the new one, and :meth:`keep_from` trims an old one to the snapshot."""
+        kept = list(self[entryTo:])
+        journal_file: Any = self._FileJournal__journalFile
+        header = bytes(journal_file.read(0, _journal.LAST_RECORD_OFFSET_OFFSET))
+        records = b"".join(_record(*entry) for entry in kept)
+        end = _journal.FIRST_RECORD_OFFSET + len(records)
+        body = header + _U32.pack(end) + records
+        body += b"\0" * (max(_JOURNAL_MIN_BYTES, 2 * len(body)) - len(body))  # room, allocated
+        new = self.path + ".compacting"
+        with open(new, "wb") as f:
+            f.write(body)
+        durable_replace(new, self.path)
+        # the old file is replaced: close it without writing its pages back (msync)
+        journal_file._ResizableFile__mm.close()
+        journal_file._ResizableFile__f.close()
+        self._FileJournal__journalFile = _journal.ResizableFile(self.path)
+        self._FileJournal__journal = kept
+        self._FileJournal__currentOffset = end
+        self._cut_at = None
+        self.written += 1
+        self.cuts += 1
+        self.synced = self.written  # the new file was synced whole
+        self.synced_index = self.last_index()
+
+    def keep_from(self, idx: int, term: int) -> None:
+        """Drop the entries before raft index ``idx`` if the journal holds it with ``term``:
+        a snapshot was taken there (its two last entries start the journal after a
+        compaction), but a crash came before the journal was compacted. pysyncobj would
+        empty such a journal when it loads the snapshot, losing the entries after it."""
+        if not len(self) or self[0][1] == idx:
+            return
+        position = idx - int(self[0][1])
+        if 0 < position < len(self) and self[position][2] == term:
+            log.warning(
+                "raft journal %s: compacting to the snapshot at index %d (a crash came "
+                "between the snapshot and the compaction)",
+                self.path,
+                idx,
+            )
+            self.deleteEntriesTo(position)
 
     def _holds(self, position: int, idx: int, term: int) -> bool:
         if position >= len(self):

@@ -62,6 +62,7 @@ from rt_appliance.limits import (
 )
 from rt_appliance.sequencer.raft import patches
 from rt_appliance.sequencer.raft.codec import UNDECODABLE
+from rt_appliance.sequencer.raft.compaction import CompactionPolicy
 from rt_appliance.sequencer.raft.link import Link, address
 from rt_appliance.sequencer.raft.transport import TlsTransport
 
@@ -164,6 +165,12 @@ class RaftNode:
         self._unfit: str | None = None  # why this node should not lead now
         self._stepping_since: float | None = None  # when this leader began to step down
         self.stepped_down = 0  # leaderships given up for being unfit
+        seq = config.sequencer
+        self._compaction = CompactionPolicy.for_node(
+            seq.compaction_min_entries, seq.compaction_min_s, name, [n.name for n in config.nodes]
+        )
+        self._compacted_at = time.monotonic()
+        self.compactions_asked = 0
 
     async def wait_listening(self) -> None:
         """Return once raft's port accepts connections."""
@@ -220,6 +227,7 @@ class RaftNode:
         try:
             if self._unfit is not None and not self._obj._isLeader():
                 self._hold_candidacy()
+            self._compact_if_due()
             self._obj.doTick(0.0)
             if trace.enabled():
                 commit = self._obj._SyncObj__raftCommitIndex
@@ -233,6 +241,22 @@ class RaftNode:
                 self._next_failure_log = time.monotonic() + RAFT_TICK_FAILURE_LOG_EVERY_S
         finally:
             self._arm_timer()
+
+    def _compact_if_due(self) -> None:
+        """Ask pysyncobj for a compaction (in this tick) when the policy says it is due."""
+        journal = self._link.journal()
+        if journal is None:
+            return
+        obj = self._obj
+        now = time.monotonic()
+        behind = False
+        if obj._isLeader():  # would a follower then need the whole snapshot?
+            drop_to = obj._SyncObj__raftLastApplied - 1
+            behind = any(m < drop_to for m in obj._SyncObj__raftMatchIndex.values())
+        if self._compaction.due(len(journal), now - self._compacted_at, behind):
+            obj.forceLogCompaction()
+            self._compacted_at = now
+            self.compactions_asked += 1
 
     def set_unfit(self, reason: str | None) -> None:
         """Whether this node should lead (``None``) or not, and why (on the loop's thread).
@@ -377,6 +401,9 @@ class RaftNode:
             raise
         self.machine.restore(doc["state"])
         last, before = (_entry_from_json(e) for e in doc["entries"])
+        journal = self._link.journal()
+        if journal is not None:
+            journal.keep_from(before[1], before[2])
         return last, before, None
 
 
@@ -416,6 +443,9 @@ def _entry_from_json(item: list[Any]) -> tuple[bytes, int, int]:
     return base64.b64decode(item[0]), int(item[1]), int(item[2])
 
 
+_NEVER_ENTRIES, _NEVER_S = 1 << 62, 1 << 40  # pysyncobj's own compaction trigger: off
+
+
 def _conf(
     config: StreamConfig,
     journal: str,
@@ -445,9 +475,11 @@ def _conf(
         recvBufferSize=RAFT_SOCKET_BUFFER_BYTES,
         dnsCacheTime=RAFT_DNS_CACHE_S,
         dnsFailCacheTime=RAFT_DNS_FAIL_CACHE_S,
-        logCompactionMinEntries=seq.compaction_min_entries,
-        logCompactionMinTime=seq.compaction_min_s,
-        logCompactionSplit=True,  # nodes take snapshots at different times
+        # RaftNode asks for every compaction itself (raft/compaction.py): pysyncobj's own
+        # trigger never fires, and no slot of time holds a compaction back
+        logCompactionMinEntries=_NEVER_ENTRIES,
+        logCompactionMinTime=_NEVER_S,
+        logCompactionSplit=False,
         logCompactionBatchSize=RAFT_SNAPSHOT_BATCH_BYTES,
         commandsWaitLeader=True,
         fullDumpFile=snapshot,

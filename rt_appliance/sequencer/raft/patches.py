@@ -48,6 +48,8 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "_SyncObj__pipeNotifier",
         "_SyncObj__raftState",
         "_SyncObj__raftLeader",
+        "_SyncObj__raftMatchIndex",
+        "forceLogCompaction",
         "transferLeadership",
         "_methodToID",
         "_getFuncName",

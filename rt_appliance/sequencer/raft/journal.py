@@ -62,6 +62,8 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
     :meth:`fsync`, :meth:`end_sync`) while raft goes on writing.
     """
 
+    _FileJournal__journalFile: Any  # pysyncobj's ResizableFile, replaced by a compaction
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.votes = VoteStore(Path(path).parent)
@@ -132,7 +134,7 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
         replaces the journal (:func:`durable_replace`): after a crash the journal is the
         old one or the new one, and :meth:`keep_from` trims an old one to the snapshot."""
         kept = list(self[entryTo:])
-        journal_file: Any = self._FileJournal__journalFile
+        journal_file = self._FileJournal__journalFile
         header = bytes(journal_file.read(0, _journal.LAST_RECORD_OFFSET_OFFSET))
         records = b"".join(_record(*entry) for entry in kept)
         end = _journal.FIRST_RECORD_OFFSET + len(records)

@@ -202,6 +202,9 @@ LAG_PROBE_S, LAG_WINDOW_S = 0.25, 1.0
 # The merger's pause after an error before it retries, and its wait for work when idle
 # (the scrubber runs between waits).
 MERGER_RETRY_S, MERGER_IDLE_WAIT_S = 1.0, 0.5
+# After a sync of the merged log, its synced end is noted at most this often (the marker
+# lets a restart scan only what was written after it, not the whole newest file).
+MERGED_MARK_EVERY_S = 1.0
 # A busy merger syncs at least every so many items (what a snapshot owes).
 SYNC_AFTER_ITEMS = 1024
 # How often the merger looks for input bytes the push server has yet to write (it waits
@@ -233,6 +236,9 @@ RAFT_LISTEN_RETRY_S, RAFT_LISTEN_WARN_EVERY_S = 1.0, 5.0
 # Raft's timers are checked at least this often (pysyncobj's autoTickPeriod), and a
 # timer tick comes this long after the deadline it serves.
 RAFT_TICK_S, RAFT_TIMER_SLACK_S = 0.1, 0.001
+# A tick applies at most this many committed entries: a restarting node replays its
+# journal a batch at a time while it already listens, votes and takes appends.
+RAFT_APPLY_BATCH = 256
 # A failing raft tick is logged at most this often.
 RAFT_TICK_FAILURE_LOG_EVERY_S = 5.0
 # Floor of how long a peer may leave its send buffer full (read nothing) before it is

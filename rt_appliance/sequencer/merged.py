@@ -7,18 +7,26 @@ files are byte-identical on every node.
 
 On start the newest file is scanned: a torn tail (a crash mid-write) is cut off
 (raft re-applies those instructions), and a file that holds only a header is
-removed (the same instruction recreates it identically).
+removed (the same instruction recreates it identically). Only what follows the synced
+marker (``merged/.synced``) is scanned: after a sync the log notes, at most once a
+second, where its synced end is and the merged record that ends there. A marker whose
+record is not found there, whole and with its sequence number, is ignored and the
+whole file is scanned (the scrubber reads every file in the background either way).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from rt_appliance.errors import CorruptLogError, LogError
+from rt_appliance.limits import MERGED_MARK_EVERY_S
 from rt_appliance.log.format import (
     KIND_RANGE,
     RECORD_HEADER,
@@ -94,6 +102,20 @@ def _range_at(buf: bytes, off: int) -> tuple[RangeHeader, int] | str:
     return rng if isinstance(rng, str) else (rng, end)
 
 
+MARKER = ".synced"  # in the merged directory: where the newest file is known synced
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedMark:
+    """File ``roll`` is synced up to ``end``; its last record there, ``seq``, starts at
+    ``record``."""
+
+    roll: int
+    end: int
+    record: int
+    seq: int
+
+
 class MergedLog:
     """Appends merged records at the positions raft decided."""
 
@@ -106,6 +128,9 @@ class MergedLog:
         self.roll = -1
         self.size = 0
         self.seq = 0  # id of the last record in the newest file (0: none)
+        self._last: tuple[int, int] | None = None  # (offset, seq) of the last record appended
+        self._marked_at = 0.0
+        self.scanned_bytes = 0  # read by the last recovery (the newest file's tail)
         self.recover()
 
     @property
@@ -125,34 +150,78 @@ class MergedLog:
                 self.roll, self.size, self.seq = -1, 0, 0
                 return
             newest = files[-1]
-            data = newest.path.read_bytes()
-            header = decode_file_header(data[:1024])
-            if isinstance(header, str):
-                log.warning("merged log: removing %s with a torn header (%s)", newest.path, header)
-                newest.path.unlink()
-                continue
-            records, used, problem = parse_merged_records(
-                data[header.header_bytes :], header.header_bytes
-            )
-            if not records:
+            with open(newest.path, "rb") as f:
+                head = f.read(1024)
+                size = os.fstat(f.fileno()).st_size
+                header = decode_file_header(head)
+                if isinstance(header, str):
+                    log.warning(
+                        "merged log: removing %s with a torn header (%s)", newest.path, header
+                    )
+                    newest.path.unlink()
+                    continue
+                start, seq = self._vouched(f, newest.roll, size) or (header.header_bytes, 0)
+                f.seek(start)
+                tail = f.read()
+            self.scanned_bytes = len(tail)
+            records, used, problem = parse_merged_records(tail, start)
+            if records:
+                seq = records[-1].seq
+            elif not seq:
                 log.warning("merged log: removing %s, which holds no whole record", newest.path)
                 newest.path.unlink()
                 fsync_dir(self.directory)
                 continue
-            end = header.header_bytes + used
-            if end < len(data):
+            end = start + used
+            if end < size:
                 if problem not in ("", "incomplete"):
                     log.warning("merged log: %s at %d: %s", newest.path, end, problem)
                 log.warning(
                     "merged log: cutting %d bytes after %s offset %d (raft re-applies them)",
-                    len(data) - end,
+                    size - end,
                     newest.path,
                     end,
                 )
                 os.truncate(newest.path, end)
             self._open(newest.path)
-            self.roll, self.size, self.seq = newest.roll, end, records[-1].seq
+            self.roll, self.size, self.seq = newest.roll, end, seq
+            self._last = (records[-1].offset, seq) if records else None
             return
+
+    def _vouched(self, f: BinaryIO, roll: int, size: int) -> tuple[int, int] | None:
+        """(end, seq) of file ``roll`` (open as ``f``, ``size`` bytes) that the synced
+        marker vouches for, if its last record is there, whole, with its seq."""
+        mark = self.read_mark()
+        if mark is None or mark.roll != roll or not mark.record < mark.end <= size:
+            return None
+        f.seek(mark.record)
+        found, used, _problem = parse_merged_records(f.read(mark.end - mark.record), mark.record)
+        if len(found) != 1 or used != mark.end - mark.record or found[0].seq != mark.seq:
+            log.warning(
+                "merged log: the synced marker does not match %s; scanning it whole", f.name
+            )
+            return None
+        return mark.end, mark.seq
+
+    def read_mark(self) -> SyncedMark | None:
+        """The synced marker, or None if there is none or it is unreadable."""
+        try:
+            doc = json.loads((self.directory / MARKER).read_text())
+            return SyncedMark(
+                int(doc["roll"]), int(doc["end"]), int(doc["record"]), int(doc["seq"])
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _mark(self) -> None:
+        """Note where the log is synced (just after a sync of everything appended)."""
+        if self._last is None or self.roll < 0:
+            return
+        record, seq = self._last
+        doc = {"roll": self.roll, "end": self.size, "record": record, "seq": seq}
+        tmp = self.directory / (MARKER + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.directory / MARKER)  # unsynced: a stale marker costs a scan
 
     def append(self, position: int, data: bytes, header: bytes) -> None:
         """Write ``data`` at ``position``; ``header`` starts the file if it is new."""
@@ -165,8 +234,9 @@ class MergedLog:
             raise LogError(f"merged record at {pos} does not follow {Position(self.end)}")
         path = self.directory / f"log.{MERGED_SESSION}.{self.roll}"
         write_all(self._fd, data, path, self.size)
+        self._last = (self.size, int.from_bytes(data[20:28], "little", signed=True))
         self.size += len(data)
-        self.seq = int.from_bytes(data[20:28], "little", signed=True)
+        self.seq = self._last[1]
 
     def append_raw(self, roll: int, offset: int, data: bytes, last_seq: int) -> None:
         """Copy bytes of a peer's file ``roll`` (header included when ``offset`` is 0)."""
@@ -184,10 +254,15 @@ class MergedLog:
             write_all(self._fd, data, self.directory / f"log.1.{roll}", self.size)
             self.size += len(data)
             self.seq = last_seq
+            self._last = None  # where its last record starts is not known: no marker
 
     def sync(self) -> None:
         if self._fd >= 0:
             os.fdatasync(self._fd)
+            now = time.monotonic()
+            if now - self._marked_at >= MERGED_MARK_EVERY_S:
+                self._marked_at = now
+                self._mark()
 
     def dup_fd(self) -> int:
         return os.dup(self._fd) if self._fd >= 0 else -1
@@ -196,6 +271,7 @@ class MergedLog:
         """Remove every file: the log starts again empty (at any roll the next append
         or copy opens). Returns what was removed."""
         self._close()
+        self._last = None
         removed = [f.path for f in self.files()]
         for path in removed:
             path.unlink(missing_ok=True)
@@ -225,6 +301,7 @@ class MergedLog:
         self._close()
         fd, _ = create_stream_file(self.directory, MERGED_SESSION, roll, header)
         self._fd, self.roll, self.size = fd, roll, len(header)
+        self._last = None
 
     def _open(self, path: Path) -> None:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)

@@ -46,6 +46,7 @@ from rt_appliance.limits import (
     KEEPALIVE_INTERVAL_S,
     KEEPALIVE_PROBES,
     RAFT_APPEND_BATCH_BYTES,
+    RAFT_APPLY_BATCH,
     RAFT_BIND_RETRY_S,
     RAFT_COMMANDS_QUEUE,
     RAFT_CONNECTION_RETRY_S,
@@ -171,6 +172,7 @@ class RaftNode:
         )
         self._compacted_at = time.monotonic()
         self.compactions_asked = 0
+        self._replay: tuple[float, int] | None = None  # (since, entries) while replaying
 
     async def wait_listening(self) -> None:
         """Return once raft's port accepts connections."""
@@ -228,7 +230,7 @@ class RaftNode:
             if self._unfit is not None and not self._obj._isLeader():
                 self._hold_candidacy()
             self._compact_if_due()
-            self._obj.doTick(0.0)
+            self._tick_a_batch()
             if trace.enabled():
                 commit = self._obj._SyncObj__raftCommitIndex
                 if commit != self._commit_seen:
@@ -241,6 +243,57 @@ class RaftNode:
                 self._next_failure_log = time.monotonic() + RAFT_TICK_FAILURE_LOG_EVERY_S
         finally:
             self._arm_timer()
+
+    def _tick_a_batch(self) -> None:
+        """One pysyncobj tick that applies at most ``RAFT_APPLY_BATCH`` committed entries.
+
+        pysyncobj applies everything committed in one tick: a restarting node would replay
+        its whole journal before it listens, and its peers would lack its vote meanwhile.
+        Here the commit index the tick sees is held to a batch past what is applied, and
+        the rest follows in further ticks; a node replaying so stands for no election
+        (it votes, and takes appends) until it has caught up."""
+        obj = self._obj
+        commit = obj._SyncObj__raftCommitIndex
+        applied = obj._SyncObj__raftLastApplied
+        held = commit - applied > RAFT_APPLY_BATCH
+        if held:
+            if self._replay is None:
+                self._replay = (time.monotonic(), commit - applied)
+                log.info("raft: applying %d committed entries, a batch a tick", commit - applied)
+            if not obj._isLeader() and len(self.config.nodes) > 1:
+                self._hold_candidacy()
+            obj._SyncObj__raftCommitIndex = applied + RAFT_APPLY_BATCH
+        try:
+            obj.doTick(0.0)
+        finally:
+            if held:
+                self._release_commit(applied + RAFT_APPLY_BATCH, commit)
+                self._kick()  # the next batch as soon as the loop is free
+            elif self._replay is not None:
+                since, entries = self._replay
+                self._replay = None
+                log.info(
+                    "raft: applied %d entries in %.2f s; caught up",
+                    entries,
+                    time.monotonic() - since,
+                )
+
+    def _release_commit(self, held_at: int, commit: int) -> None:
+        """Give back the commit index a batch tick held at ``held_at``: ``commit``, or
+        what the tick made of it (a leader's commit advanced; pysyncobj, loading the
+        snapshot, cut it to the journal's end), never past the journal's end."""
+        obj = self._obj
+        after = obj._SyncObj__raftCommitIndex
+        if after < held_at:  # cut by pysyncobj: that is the commit index now
+            return
+        journal = self._link.journal()
+        last = journal.last_index() if journal is not None else commit
+        obj._SyncObj__raftCommitIndex = max(after, min(commit, last))
+
+    @property
+    def replaying(self) -> bool:
+        """Whether committed entries wait to be applied in batches (after a restart)."""
+        return self._replay is not None
 
     def _compact_if_due(self) -> None:
         """Ask pysyncobj for a compaction (in this tick) when the policy says it is due."""

@@ -6,8 +6,9 @@ application), a node's full disk, corruption or clock jump, and a partition that
 a majority together (``minority``, ``lone-leader``, ``halves``). Reported only: faults
 that take a majority (a power loss of every node, a kill or pause of several nodes) and
 partitions raft cannot always lead through (``bridge``, ``one-way``). A fault that began
-while merging had not yet moved again after the fault before it is not judged either:
-its stall is the earlier fault's.
+before the one before it had recovered (merging moved again and every node answered, see
+``monitor.recovery_time``) is not judged either: with the node still recovering it takes
+two, and its stall is partly the earlier fault's.
 """
 
 from __future__ import annotations
@@ -50,10 +51,17 @@ def judge_availability(injected: Sequence[Injected], max_stall_s: float) -> Avai
     """Judge each one-node fault's ``stall_s`` against ``max_stall_s``."""
     verdict = Availability(max_stall_s)
     moved_at: float | None = 0.0  # when merging first moved after the fault before
+    recovered_at: float | None = 0.0  # when the stream had recovered from it
     for record in injected:
         fault = record.fault
-        settled = moved_at is not None and record.started >= moved_at
+        settled = (
+            moved_at is not None
+            and record.started >= moved_at
+            and recovered_at is not None
+            and record.started >= recovered_at
+        )
         moved_at = record.moved_at
+        recovered_at = None if record.recovery_s is None else record.ended + record.recovery_s
         if not judged(fault) or record.error is not None or not settled:
             continue
         verdict.judged += 1

@@ -48,6 +48,7 @@ class Nemesis:
         self.world, self.seed, self.t0, self.stop = world, seed, t0, stop
         self.stream = world.stream
         self.injected: list[Injected] = []
+        self._current: Injected | None = None  # the fault being injected
 
     def _now(self) -> float:
         return round(time.monotonic() - self.t0, 2)
@@ -56,6 +57,7 @@ class Nemesis:
         """Run ``fault`` from start to end; returns what happened."""
         record = Injected(fault, self._now())
         self.injected.append(record)
+        self._current = record
         rng = random.Random(f"{self.seed}:{index}")  # choices made while injecting
         action = getattr(self, "_" + fault.kind.replace("-", "_"))
         try:
@@ -72,6 +74,8 @@ class Nemesis:
 
     def _leader(self) -> str:
         leader = leader_of(self.stream.node_status(timeout_s=2.0))
+        if self._current is not None:  # the fault starts once its target is known: asking
+            self._current.started = self._now()  # a node that does not answer takes 2 s
         return leader or self.stream.node_names[0]
 
     def _nodes(self, target: str) -> list[str]:

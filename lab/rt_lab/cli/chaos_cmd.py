@@ -128,8 +128,9 @@ def chaos(
     differ), stuck. Messages never acknowledged may be lost; they are counted
     apart. Availability: for every fault, how long merging stood still (from its
     start to the first advance after it ends); a one-node fault that stopped it
-    longer than --max-stall fails the run (faults that take a majority are
-    reported, not judged). Writes report.json, report.md and timeline.png to
+    longer than --max-stall fails the run (faults that take a majority, and a
+    fault that began while the one before still recovered, are reported, not
+    judged). Writes report.json, report.md and timeline.png to
     --workdir. Exit status 1 on any violation; the seed is printed either way.
     """
     from rt_lab.chaos import userns

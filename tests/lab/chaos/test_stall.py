@@ -55,6 +55,7 @@ def _injected(
     record = Injected(Fault(started, kind, target, variant, 2.0), started, started + 2.0)
     record.stall_s = stall
     record.moved_at = None if stall is None else started + 2.0 + 0.2
+    record.recovery_s = None if stall is None else 0.5
     return record
 
 
@@ -84,3 +85,17 @@ def test_a_fault_during_the_one_before_s_recovery_is_not_judged() -> None:
     verdict = judge_availability([power, pause, kill], 2.0)
     assert verdict.judged == 1
     assert verdict.violations == ["kill node rt-2 for 2.0s at 40.0s: merging never moved again"]
+
+
+def test_a_fault_while_the_node_before_still_recovers_is_not_judged() -> None:
+    """Merging moved again at once (the others went on), but the killed node took 9 s to
+    be back: the leader's kill in between took two nodes, not one."""
+    kill = _injected("kill", "rt-3", "node", 10.0, 0.3)
+    kill.recovery_s = 9.0  # back and answering at 21.0
+    leader = _injected("kill", "leader", "sequencer", 14.0, 7.0)
+    later = _injected("pause", "leader", "node", 30.0, 2.5)  # all recovered by then
+    verdict = judge_availability([kill, leader, later], 2.0)
+    assert verdict.judged == 2
+    assert verdict.violations == [
+        "pause node leader for 2.0s at 30.0s: merging stood still 2.5s (bound 2.0s)"
+    ]

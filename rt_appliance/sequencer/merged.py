@@ -220,8 +220,11 @@ class MergedLog:
         record, seq = self._last
         doc = {"roll": self.roll, "end": self.size, "record": record, "seq": seq}
         tmp = self.directory / (MARKER + ".tmp")
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.directory / MARKER)  # unsynced: a stale marker costs a scan
+        with open(tmp, "w") as f:
+            f.write(json.dumps(doc))
+            f.flush()
+            os.fsync(f.fileno())  # whole after a power loss (the rename may be lost: then
+        os.replace(tmp, self.directory / MARKER)  # the marker before it, which still holds)
 
     def append(self, position: int, data: bytes, header: bytes) -> None:
         """Write ``data`` at ``position``; ``header`` starts the file if it is new."""

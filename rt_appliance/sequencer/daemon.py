@@ -94,6 +94,16 @@ class _Metrics:
         self.term = Gauge("rt_sequencer_raft_term", "Raft term", registry=r)
         self.commit = Gauge("rt_sequencer_raft_commit_index", "Raft commit index", registry=r)
         self.quorum = Gauge("rt_sequencer_has_quorum", "1 when raft has a quorum", registry=r)
+        self.raft_entries = Gauge(
+            "rt_sequencer_raft_log_entries",
+            "Entries in the raft journal since the last snapshot (what a restart replays)",
+            registry=r,
+        )
+        self.unapplied = Gauge(
+            "rt_sequencer_raft_unapplied_entries",
+            "Committed raft entries not applied yet (a restart's replay, a catch-up)",
+            registry=r,
+        )
         self.merged_seq = Gauge(
             "rt_sequencer_merged_seq", "Merged records written here", registry=r
         )
@@ -403,6 +413,8 @@ class Sequencer:
             m.is_leader.set(1 if status.role == "leader" else 0)
             m.term.set(status.term)
             m.commit.set(status.commit_index)
+            m.raft_entries.set(status.log_entries)
+            m.unapplied.set(max(0, status.commit_index - status.last_applied))
             m.quorum.set(1 if status.has_quorum else 0)
             m.merged_seq.set(self.merged.seq)
             m.committed_seq.set(self.machine.state.seq)

@@ -255,19 +255,21 @@ class RaftNode:
         obj = self._obj
         commit = obj._SyncObj__raftCommitIndex
         applied = obj._SyncObj__raftLastApplied
-        held = commit - applied > RAFT_APPLY_BATCH
+        loading = bool(obj._SyncObj__needLoadDumpFile)  # this tick loads the snapshot
+        limit = applied if loading else applied + RAFT_APPLY_BATCH  # nothing before it
+        held = commit > limit and (loading or commit - applied > RAFT_APPLY_BATCH)
         if held:
-            if self._replay is None:
+            if self._replay is None and not loading:
                 self._replay = (time.monotonic(), commit - applied)
                 log.info("raft: applying %d committed entries, a batch a tick", commit - applied)
             if not obj._isLeader() and len(self.config.nodes) > 1:
                 self._hold_candidacy()
-            obj._SyncObj__raftCommitIndex = applied + RAFT_APPLY_BATCH
+            obj._SyncObj__raftCommitIndex = limit
         try:
             obj.doTick(0.0)
         finally:
             if held:
-                self._release_commit(applied + RAFT_APPLY_BATCH, commit)
+                self._release_commit(limit, commit)
                 self._kick()  # the next batch as soon as the loop is free
             elif self._replay is not None:
                 since, entries = self._replay

@@ -49,6 +49,7 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "_SyncObj__raftState",
         "_SyncObj__raftLeader",
         "_SyncObj__raftMatchIndex",
+        "_SyncObj__needLoadDumpFile",
         "forceLogCompaction",
         "transferLeadership",
         "_methodToID",

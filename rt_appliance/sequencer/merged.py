@@ -130,6 +130,7 @@ class MergedLog:
         self.seq = 0  # id of the last record in the newest file (0: none)
         self._last: tuple[int, int] | None = None  # (offset, seq) of the last record appended
         self._marked_at = 0.0
+        self._mark_failed = False  # the last marker could not be written (logged once)
         self.scanned_bytes = 0  # read by the last recovery (the newest file's tail)
         self.recover()
 
@@ -220,11 +221,21 @@ class MergedLog:
         record, seq = self._last
         doc = {"roll": self.roll, "end": self.size, "record": record, "seq": seq}
         tmp = self.directory / (MARKER + ".tmp")
-        with open(tmp, "w") as f:
-            f.write(json.dumps(doc))
-            f.flush()
-            os.fsync(f.fileno())  # whole after a power loss (the rename may be lost: then
-        os.replace(tmp, self.directory / MARKER)  # the marker before it, which still holds)
+        try:
+            with open(tmp, "w") as f:
+                f.write(json.dumps(doc))
+                f.flush()
+                os.fsync(f.fileno())  # whole after a power loss (the rename may be lost:
+            os.replace(tmp, self.directory / MARKER)  # then the one before, which holds)
+        except OSError as exc:  # a full disk, say: the marker only saves a restart's scan
+            tmp.unlink(missing_ok=True)
+            if not self._mark_failed:
+                log.warning("merged log: cannot note the synced end in %s: %s", MARKER, exc)
+            self._mark_failed = True
+        else:
+            if self._mark_failed:
+                log.info("merged log: noting the synced end again")
+            self._mark_failed = False
 
     def append(self, position: int, data: bytes, header: bytes) -> None:
         """Write ``data`` at ``position``; ``header`` starts the file if it is new."""

@@ -89,3 +89,33 @@ def test_a_marker_that_does_not_match_is_ignored(tmp_path: Path, lie: object) ->
         assert (again.seq, again.size) == (3, len(header) + len(body))
     finally:
         again.close()
+
+
+def test_a_marker_that_cannot_be_written_costs_only_a_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (found by `rt chaos`): the marker fails, the log's sync does not."""
+    import errno
+    import os
+
+    import rt_appliance.sequencer.merged as merged_module
+
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(MARKER + ".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(merged_module.os, "fsync", fsync)
+    directory = tmp_path / "merged"
+    log, header, body = _log_with(directory, [100, 200])  # syncs, and tries the marker
+    assert log.read_mark() is None and not (directory / (MARKER + ".tmp")).exists()
+    log.close()
+    monkeypatch.undo()
+    again = MergedLog(directory)
+    try:
+        assert again.scanned_bytes == len(body)  # no marker: the whole file
+        assert (again.seq, again.size) == (2, len(header) + len(body))
+    finally:
+        again.close()

@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,6 +186,10 @@ class RaftNode:
         before it runs."""
         self._loop = asyncio.get_running_loop()
         self._link.kick = self._kick
+        # pysyncobj's first timeout ran from its construction, so a restarted follower
+        # stood at its first connection, before it heard the leader's heartbeat, and its
+        # higher term unseated a healthy leader: the timeout runs from now instead
+        self._restart_election_timer()
         self._transport.dial()
         try:
             self._tick()  # also arms the timer tick; pysyncobj loads its snapshot in it
@@ -274,6 +279,8 @@ class RaftNode:
             elif self._replay is not None:
                 since, entries = self._replay
                 self._replay = None
+                if not obj._isLeader():  # stands like any follower, a timeout from now
+                    self._restart_election_timer()
                 log.info(
                     "raft: applied %d entries in %.2f s; caught up",
                     entries,
@@ -349,6 +356,12 @@ class RaftNode:
     def unfit(self) -> str | None:
         """Why this node does not lead now, or None."""
         return self._unfit
+
+    def _restart_election_timer(self) -> None:
+        """A whole random election timeout from now, in raft's own range."""
+        seq = self.config.sequencer
+        timeout = random.uniform(seq.raft_min_timeout_ms, seq.raft_max_timeout_ms) / 1000
+        self._obj._SyncObj__raftElectionDeadline = time.monotonic() + timeout
 
     def _hold_candidacy(self) -> None:
         """Keep this follower's election deadline a whole timeout ahead: it stands for no

@@ -4,8 +4,10 @@ Three real raft nodes (pysyncobj over mutual TLS on loopback) on one event loop.
 node's raft is built before the rest of the node starts (the merged log's recovery, the
 servers), and pysyncobj ran its first election timeout from then: a follower that took
 longer than that to start stood at its first connection, before the leader's heartbeat
-reached it, and its higher term made the leader step down. The timeout now runs from
-when raft starts.
+reached it, and its higher term made the leader step down. And the leader, which had
+backed off dialling the absent follower (up to 1 s between tries), sent its first
+heartbeat only at its next try. The timeout now runs from when raft starts, and a node
+that a peer connects to dials that peer back at once.
 """
 
 from __future__ import annotations

@@ -45,6 +45,12 @@ class Peer:
         self.awaiting_until = 0.0
         self.full_since: float | None = None  # when the send buffer last went over its limit
         self.task: asyncio.Task[None] | None = None
+        self._redial = asyncio.Event()  # the peer is up: dial now, not after the backoff
+
+    def redial_now(self) -> None:
+        """The peer connected to us: if we are waiting to dial it again, dial now."""
+        if self.writer is None:
+            self._redial.set()
 
     @property
     def connected(self) -> bool:
@@ -60,8 +66,12 @@ class Peer:
                 reader, writer = await self._connect()
             except (OSError, ssl.SSLError, TimeoutError, RTError) as exc:
                 log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, RAFT_DIAL_BACKOFF_MAX_S)
+                self._redial.clear()
+                try:
+                    await asyncio.wait_for(self._redial.wait(), backoff)
+                    backoff = RAFT_DIAL_BACKOFF_FIRST_S
+                except TimeoutError:
+                    backoff = min(backoff * 2, RAFT_DIAL_BACKOFF_MAX_S)
                 continue
             backoff = RAFT_DIAL_BACKOFF_FIRST_S
             self.in_step = self.awaiting = False

@@ -238,6 +238,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
             if node is None:
                 self.link.refused("identity", f"{peer[0]} presented {name!r}, not a peer node")
                 return
+            ours = self._peers.get(node)
+            if ours is not None:  # it is up: our own connection to it need not wait out
+                ours.redial_now()  # a backoff (its heartbeats would come late)
             try:
                 await self._read_frames(reader, node, name)
             except (OSError, ssl.SSLError, asyncio.IncompleteReadError) as exc:

@@ -225,6 +225,7 @@ class Sequencer:
         self.raft.set_refusal_hook(lambda what: self.metrics.refused.labels(what).inc())
         self.planner = Planner(config, node_name, self.machine, self.inputs, self.raft, self.wake)
         self.machine.listeners.append(self.wake)
+        self.raft.on_settled = self.wake  # a new leader plans once its log is applied
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
         self._heartbeat_failing = False  # the heartbeat file could not be written last time

@@ -94,6 +94,8 @@ class Planner:
             with self._lock:
                 self._spec = None
             return 0
+        if not self.raft.leading_settled():  # the log from earlier terms is still applying
+            return 0  # (raft calls on_settled, which wakes the planner, once it is)
         local = self.inputs.extents()
         term = self.raft.term()
         with self._lock:

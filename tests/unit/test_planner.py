@@ -50,6 +50,9 @@ class _Raft:
     def is_leader(self) -> bool:
         return True
 
+    def leading_settled(self) -> bool:
+        return True
+
     def term(self) -> int:
         return 1
 

@@ -174,6 +174,8 @@ class RaftNode:
         self._compacted_at = time.monotonic()
         self.compactions_asked = 0
         self._replay: tuple[float, int] | None = None  # (since, entries) while replaying
+        self._settled_term = -1  # the term in which this node last settled as leader
+        self.on_settled: Callable[[], None] | None = None  # called once leading is settled
 
     async def wait_listening(self) -> None:
         """Return once raft's port accepts connections."""
@@ -272,6 +274,10 @@ class RaftNode:
             obj._SyncObj__raftCommitIndex = limit
         try:
             obj.doTick(0.0)
+            if self._settled_term != obj.raftCurrentTerm and self.leading_settled():
+                self._settled_term = obj.raftCurrentTerm
+                if self.on_settled is not None:
+                    self.on_settled()  # the planner may start
         finally:
             if held:
                 self._release_commit(limit, commit)
@@ -440,6 +446,22 @@ class RaftNode:
 
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
+
+    def leading_settled(self) -> bool:
+        """Leading, with an entry of this term applied here. Raft commits the entries of
+        earlier terms in the new leader's log only with the first entry of its own (the
+        no-op pysyncobj appends when a node becomes leader); a plan made before they are
+        applied builds on a state they are about to change, and is rejected."""
+        obj = self._obj
+        if not obj._isLeader():
+            return False
+        journal = self._link.journal()
+        if journal is None or not len(journal):
+            return True
+        position = obj._SyncObj__raftLastApplied - int(journal[0][1])
+        if not 0 <= position < len(journal):
+            return False
+        return int(journal[position][2]) == int(obj.raftCurrentTerm)
 
     def destroy(self) -> None:
         self._obj.destroy()

@@ -15,8 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from rt_appliance import Message, Publisher, Subscriber
+from rt_appliance.config import load_config
+from rt_appliance.config.model import StreamConfig
 from rt_appliance.log.recovery import FileReport, verify_directory
 from rt_appliance.log.segments import list_files
+from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.raft import RaftNode
+from rt_lab.testing.cluster import write_local_config
 
 T = TypeVar("T")
 
@@ -186,3 +191,18 @@ class FailFirstThreadSync:
             self.failures += 1
             raise OSError(errno.EIO, "Input/output error")
         self.real(fd)
+
+
+def raft_cluster(
+    work: Path, nodes: int = 3
+) -> tuple[StreamConfig, dict[str, SequencerMachine], dict[str, RaftNode]]:
+    """A stream's configuration and, per node, a state machine and a real raft node
+    (pysyncobj over mutual TLS on loopback, its journal under ``work/<node>/raft``),
+    for tests that run them on one event loop."""
+    config = load_config(write_local_config(work, nodes=nodes))
+    machines = {n.name: SequencerMachine(config.stream, 1 << 20) for n in config.nodes}
+    rafts = {
+        name: RaftNode(config, name, work / name / "raft", machine)
+        for name, machine in machines.items()
+    }
+    return config, machines, rafts

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.config import load_config
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
-from rt_lab.testing.cluster import write_local_config
+from tests.helpers import raft_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +34,7 @@ def _prune(below: int) -> bytes:
 def test_eio_on_the_leaders_journal_sync_hands_the_stream_to_another_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = load_config(write_local_config(tmp_path, nodes=3))
-    machines = {n.name: SequencerMachine(config.stream, 1 << 20) for n in config.nodes}
-    nodes = {
-        name: RaftNode(config, name, tmp_path / name / "raft", machine)
-        for name, machine in machines.items()
-    }
+    config, machines, nodes = raft_cluster(tmp_path)
     broken: list[int] = []  # the inode of the journal whose disk fails
 
     def fsync(fd: int) -> None:

@@ -22,12 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.config import load_config
-from rt_appliance.sequencer.machine import SequencerMachine
-from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 from rt_appliance.sequencer.raft.peer import Peer
-from rt_lab.testing.cluster import write_local_config
+from tests.helpers import raft_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +35,7 @@ SLOW_SYNC_S = 0.1
 def test_entries_leave_before_the_leaders_sync_but_commits_only_after_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = load_config(write_local_config(tmp_path, nodes=3))
-    machines = {n.name: SequencerMachine(config.stream, 1 << 20) for n in config.nodes}
-    nodes = {
-        name: RaftNode(config, name, tmp_path / name / "raft", machine)
-        for name, machine in machines.items()
-    }
+    _config, machines, nodes = raft_cluster(tmp_path)
     sent: list[tuple[str, int, int, bool, int]] = []  # (from, commit, synced, dirty, entries)
     real_send = Peer.send
 

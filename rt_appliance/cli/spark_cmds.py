@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
 from pathlib import Path
-from types import FrameType
 
 import click
 
 from rt_appliance.cli.options import CONFIG
 from rt_appliance.config import load_config
+from rt_appliance.daemons.stop_signals import stop_event_on
 from rt_appliance.errors import UsageError
 
 SPARK_MISSING = (
@@ -48,13 +46,7 @@ def spark_pipeline(config_path: Path, node: str, once: bool) -> None:
         from rt_appliance.spark.pipeline import run_pipeline
     except ImportError as exc:
         raise UsageError(f"{SPARK_MISSING} ({exc})") from None
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    stop = stop_event_on()  # SIGTERM (systemd's stop) or SIGINT: finish the batch, exit
     try:
         progress = run_pipeline(config, node, once, stop)
     finally:

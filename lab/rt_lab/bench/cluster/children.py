@@ -10,7 +10,9 @@ stdin) and one ``R <json>`` line with the result at the end.
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import logging
 import os
 import signal
 import sys
@@ -20,6 +22,7 @@ from array import array
 from typing import Any
 
 from rt_appliance import trace
+from rt_appliance.daemons.stop_signals import stop_event_on
 from rt_appliance.publish import Publisher
 from rt_appliance.subscribe import Subscriber
 from rt_lab.bench.cluster.harness import BATCH, PAYLOAD_BYTES
@@ -44,8 +47,7 @@ def say(line: str) -> None:
 def publish_child(args: dict[str, Any]) -> dict[str, Any]:
     """Publish ``count`` messages (0: until SIGTERM) at ``rate`` msg/s (0: as fast as
     possible, in batches), single calls or batches; the first and last publish times."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop = stop_event_on([signal.SIGTERM])
     if args["nice"]:
         os.nice(args["nice"])
     count, rate = int(args["count"]), int(args["rate"])
@@ -207,6 +209,12 @@ def latency_summary_ms(latencies_ns: list[int]) -> dict[str, float]:
 
 def main(argv: list[str]) -> None:
     mode, args = argv[0], json.loads(argv[1])
+    # what the in-process clients did, with times, for a run that goes wrong; every
+    # thread's stack on SIGUSR1 (the parent asks before it kills a child that hangs)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if mode == "publish":
         result = publish_child(args)
     elif mode == "subscribe":

@@ -62,6 +62,8 @@ LATENCY_TICK_S = 0.001  # ... in the latency runs: every millisecond, as the pee
 STATUS_TIMEOUT_S = 2.0
 RETRY_S = 0.5  # a node that could not be reached is not asked again sooner
 LEADER_TIMEOUT_S = 60.0
+STACK_DUMP_WAIT_S = 1.0  # for a child that hangs to write its threads' stacks
+LOG_TAIL_CHARS = 6000  # of a failed child's log, in the error
 CHILD = (sys.executable, "-m", "rt_lab.bench.cluster.children")
 REPLICATION_FSYNC_DEFAULT: str = ReplicationConfig.model_fields["fsync"].default
 
@@ -257,12 +259,20 @@ class Child:
         try:
             self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
+            self._dump_stacks()
             self.kill()
         self._reader.join(timeout=5)
         if self.result is None:
-            tail = self.log_path.read_text(errors="replace")[-1500:]
+            tail = self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
             raise RTError(f"{self.mode} process exited {self.proc.returncode}: {tail}")
         return self.result
+
+    def _dump_stacks(self) -> None:
+        """Have a child that hangs write every thread's stack to its log (SIGUSR1)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGUSR1)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=STACK_DUMP_WAIT_S)
 
     def stop(self) -> None:
         """SIGTERM: a paced publisher stops, reports and exits."""

@@ -1,6 +1,6 @@
 """Samples a chaos stream's progress: every node's status each second (the timeline,
-recovery times), and where the merged logs end every :data:`MARK_S` (how long merging
-stood still around each fault)."""
+recovery times), and where a majority's merged logs end every :data:`MARK_S` (how long
+merging stood still around each fault)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,30 @@ import itertools
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rt_appliance.log.segments import list_files
 from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
 from rt_lab.testing.stream import LocalStream
 
-__all__ = ["Mark", "Monitor", "Sample", "moved_after", "recovery_time", "stall_time"]
+__all__ = [
+    "End",
+    "Mark",
+    "Monitor",
+    "Sample",
+    "majority_end",
+    "moved_after",
+    "recovery_time",
+    "stall_time",
+]
 
 INTERVAL_S = 1.0
 ASK_TIMEOUT_S = 1.5
 MARK_S = 0.2  # how often the merged logs' ends are read (from disk: no request to a node)
 
-Mark = tuple[float, tuple[int, int, int]]  # (seconds since the start, the furthest end)
+End = tuple[int, int, int]  # a merged log's newest file (session, roll) and its size
+Mark = tuple[float, End]  # (seconds since the start, where a majority's merged logs end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,34 +45,44 @@ class Sample:
 
 
 class Monitor:
-    """A thread asking every node's status each :data:`INTERVAL_S`."""
+    """Two threads: one asks every node's status each :data:`INTERVAL_S`, the other
+    reads where the merged logs end each :data:`MARK_S`.
+
+    The marks have a thread of their own because a status round waits up to
+    :data:`ASK_TIMEOUT_S` for a node that does not answer (paused, cut off, its disk
+    full): marks taken between rounds would go blind for exactly the faults they time.
+    """
 
     def __init__(self, stream: LocalStream, t0: float) -> None:
         self.stream, self.t0 = stream, t0
         self.samples: list[Sample] = []
-        self.marks: list[Mark] = []  # the furthest any node's merged log reaches, over time
+        self.marks: list[Mark] = []  # where a majority's merged logs end, over time
         self.exits: list[str] = []  # daemons that exited on their own (not killed by a fault)
         self._seen_exits: set[int] = set()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-monitor", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._every, args=args, name=name, daemon=True)
+            for name, args in (
+                ("chaos-monitor", (INTERVAL_S, self._round)),
+                ("chaos-marks", (MARK_S, self._mark)),
+            )
+        ]
 
     def start(self) -> Monitor:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
-    def _run(self) -> None:
-        next_round = 0.0
+    def _every(self, period_s: float, step: Callable[[float], None]) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            if began >= next_round:
-                self._round(began)
-                next_round = began + INTERVAL_S
-            self._mark()
-            self._stop.wait(max(0.0, MARK_S - (time.monotonic() - began)))
+            step(began)
+            self._stop.wait(max(0.0, period_s - (time.monotonic() - began)))
 
     def _round(self, began: float) -> None:
         config, names = self.stream.config, self.stream.node_names
@@ -88,8 +109,8 @@ class Monitor:
         )
         self._note_exits(began - self.t0)
 
-    def _mark(self) -> None:
-        """Note the furthest end of any node's merged log (its newest file and size)."""
+    def _mark(self, began: float) -> None:
+        """Note where the stream's merged log ends: :func:`majority_end` of the nodes'."""
         ends = []
         for name in self.stream.node_names:
             try:
@@ -99,8 +120,9 @@ class Monitor:
                     ends.append((newest.session, newest.roll, newest.path.stat().st_size))
             except OSError:  # a file pruned or a disk swapped meanwhile: next time
                 continue
-        if ends:
-            self.marks.append((round(time.monotonic() - self.t0, 2), max(ends)))
+        end = majority_end(ends, len(self.stream.node_names))
+        if end is not None:
+            self.marks.append((round(began - self.t0, 2), end))
 
     def _note_exits(self, t: float) -> None:
         """Record daemons that exited with anything but SIGKILL (which only faults send)."""
@@ -131,6 +153,20 @@ def recovery_time(samples: list[Sample], healed_at: float, nodes: int) -> float 
     return None
 
 
+def majority_end(ends: list[End], nodes: int) -> End | None:
+    """The furthest end a majority of the ``nodes`` nodes' merged logs reach (each end
+    is a node's newest file and its size); None if fewer than a majority could be read.
+
+    Not the furthest of any one node: one node's end can be bytes it cuts off again (a
+    write that failed part-way on a full disk, unsynced bytes a power loss takes), and
+    that size would stand as a high-water mark the others must pass before merging
+    counts as moving. What a majority holds is what the stream has merged."""
+    majority = nodes // 2 + 1
+    if len(ends) < majority:
+        return None
+    return sorted(ends, reverse=True)[majority - 1]
+
+
 def _advances(marks: list[Mark]) -> list[float]:
     """When the furthest merged end moved past the furthest seen before."""
     advances: list[float] = []
@@ -149,8 +185,8 @@ def moved_after(marks: list[Mark], t: float) -> float | None:
 
 def stall_time(marks: list[Mark], started: float, ended: float) -> float | None:
     """How long merging stood still around a fault from ``started`` to ``ended``: the
-    longest time between two advances of the furthest merged end (past the furthest seen
-    before), counted from ``started`` up to the first advance after ``ended``. None if
+    longest time between two advances of the majority's merged end (past the furthest
+    seen before), counted from ``started`` up to the first advance after ``ended``. None if
     merging never moved after it. With publishers publishing all along, a stream that
     never stalls shows about :data:`MARK_S`."""
     advances = _advances(marks)

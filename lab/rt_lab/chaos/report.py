@@ -91,6 +91,7 @@ def _availability_doc(result: ChaosResult) -> dict[str, object] | None:
         "worst_s": a.worst_s,
         "ok": a.ok,
         "violations": a.violations,
+        "power_loss_restart_s": a.restart_s,
     }
 
 
@@ -103,6 +104,13 @@ def _availability(result: ChaosResult) -> list[str]:
         f"availability: {'PASS' if a.ok else 'FAIL'}: {a.judged} one-node faults judged, "
         f"merging stood still at most {worst} (bound {a.max_stall_s:.1f}s)"
     ]
+    if a.restart_s:
+        times = sorted(a.restart_s)
+        lines.append(
+            f"after a power loss of every node: merging again {times[len(times) // 2]:.1f}s "
+            f"(median), {times[-1]:.1f}s at most, after the nodes were started "
+            f"({len(times)} power losses on a recovered stream, none disturbed by the next)"
+        )
     return lines + [f"  stalled: {v}" for v in a.violations]
 
 

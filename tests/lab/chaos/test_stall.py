@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rt_lab.chaos.availability import judge_availability
-from rt_lab.chaos.monitor import Mark, stall_time
+from rt_lab.chaos.monitor import Mark, majority_end, stall_time
 from rt_lab.chaos.nemesis import Injected
 from rt_lab.chaos.schedule import Fault
 
@@ -99,3 +99,25 @@ def test_a_fault_while_the_node_before_still_recovers_is_not_judged() -> None:
     assert verdict.violations == [
         "pause node leader for 2.0s at 30.0s: merging stood still 2.5s (bound 2.0s)"
     ]
+
+
+def test_the_restart_after_each_undisturbed_power_loss_is_kept() -> None:
+    first = _injected("power-loss", "all", "", 10.0, 5.0)
+    first.moved_at = 14.5  # 2.5 s after the nodes were started (ended at 12.0)
+    second = _injected("power-loss", "all", "", 20.0, 5.0)
+    second.moved_at = 33.0  # after the next fault began: disturbed
+    third = _injected("power-loss", "all", "", 30.0, 5.0)  # began before 33.0: unsettled
+    fourth = _injected("power-loss", "all", "", 50.0, 5.0)
+    fourth.moved_at = 53.1
+    verdict = judge_availability([first, second, third, fourth], 2.0)
+    assert verdict.restart_s == [2.5, 1.1]
+    assert verdict.judged == 0 and verdict.ok
+
+
+def test_the_stream_ends_where_a_majority_of_merged_logs_end() -> None:
+    # rt-1's full disk let it append part of a record it then cut off: 900 for a moment
+    assert majority_end([(1, 3, 900), (1, 3, 500), (1, 3, 480)], 3) == (1, 3, 500)
+    assert majority_end([(1, 4, 10), (1, 3, 500)], 3) == (1, 3, 500)  # one node unread
+    assert majority_end([(1, 4, 10)], 3) is None  # no majority read: no mark
+    assert majority_end([(1, 2, 7), (1, 2, 9), (1, 2, 8), (1, 2, 1), (1, 1, 0)], 5) == (1, 2, 7)
+    assert majority_end([(2, 0, 5)], 1) == (2, 0, 5)

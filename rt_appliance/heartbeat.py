@@ -1,11 +1,13 @@
 """The sequencer's heartbeat file: who leads, and whether this node's merged log can grow.
 
-A node's sequencer replaces ``<data_dir>/sequencer.json`` every half second; the node's
-pull server reads it to name the leader in TOPOLOGY answers and to tell subscribers
-when the merged log it serves has stopped growing (its sequencer silent or without a
-quorum). A file rather than a call, because the two run as separate processes. It
-lives below both ``sequencer`` (the writer) and ``replicate`` (the reader), so that
-neither borrows the other's internals for it.
+A node's sequencer replaces ``<data_dir>/sequencer.json`` every second, and at once when
+the leader or the quorum it sees changes; the node's pull server reads it to name the
+leader in TOPOLOGY answers and to tell subscribers when the merged log it serves has
+stopped growing (its sequencer silent or without a quorum). A file rather than a call:
+a pull server serving a merged log with no sequencer beside it (one started alone)
+reads the same, and a file's age shows a sequencer that stopped. It lives below both
+``sequencer`` (the writer) and ``replicate`` (the reader), so that neither borrows the
+other's internals for it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ __all__ = [
 
 
 def sequencer_file(config: StreamConfig, node: NodeConfig) -> Path:
-    """Where a node's sequencer says, every half second, who leads and whether it has quorum."""
+    """Where a node's sequencer says, every second, who leads and whether it has quorum."""
     return config.data_dir_of(node) / "sequencer.json"
 
 

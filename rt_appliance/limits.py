@@ -178,6 +178,18 @@ REPORT_RETRY_FIRST_S, REPORT_ANSWER_S, LEADER_CHECK_S = 0.05, 5.0, 0.05
 # with no failure (sequencer/fitness.py); an unfit leader hands its leadership over, or
 # gives it up without a hand-over after STEP_DOWN_FORCE_S with no follower caught up.
 UNFIT_HOLD_S, STEP_DOWN_FORCE_S = 2.0, 0.5
+# ... asking again every STEP_DOWN_RETRY_S meanwhile (raft's ticks: a follower that was
+# a few entries behind catches up within a heartbeat or two once nothing is proposed)
+STEP_DOWN_RETRY_S = 0.05
+# A leader whose own copy of an input lacks bytes a majority holds, and has lacked them
+# this long (or ``sequencer.fetch_after_ms``, if longer), is unfit to lead: its push
+# server is down or cut off, and the followers could merge what it cannot.
+LEADER_INPUT_BEHIND_S = 1.0
+# A leader asked to stop (SIGTERM: systemctl stop, a package upgrade's restart) first
+# hands leadership to a caught-up follower, for at most this long, so that the stream
+# waits for no election timeout; then it stops whether or not one took over.
+HAND_OVER_ON_STOP_S = 1.5
+HAND_OVER_POLL_S = 0.05
 # Reports are pipelined: at most REPORT_WINDOW sent and not answered yet on a connection.
 REPORT_WINDOW = 4
 STATUS_ANSWER_S = 5.0
@@ -188,20 +200,26 @@ PLAN_IDLE_S = 1.0
 INPUT_SCAN_BYTES = 4 << 20
 # The leader's wait for a proposed prune to commit before the archiver looks again.
 PRUNE_COMMIT_WAIT_S = 10.0
+# A follower reports where its copies of an input's files end, from the file holding the
+# input's merged position on, at most this many (a leader plans past a file's end only
+# where a majority's copies end too; it plans a few files ahead of what is merged).
+FILE_ENDS_REPORTED = 8
 # A new leader knows no other node's holds until that node reports: the age and size
 # rules wait for every node's report, or this many report intervals after taking the
 # lead (a node that stays silent that long is down, and holds of a down node are
 # only kept by the disk rule's limit).
 HOLDS_REPORT_WAIT_INTERVALS = 10
 # The observer: how often it samples raft's state, refreshes the gauges that cost a
-# directory walk, and writes the heartbeat file this node's pull server reads.
-OBSERVE_EVERY_S, GAUGES_EVERY_S, HEARTBEAT_EVERY_S = 0.2, 1.0, 0.5
+# directory walk, and writes the heartbeat file this node's pull server reads. It also
+# runs at once when the leader changes or a write fails; an idle node wakes for little
+# else (each wake of an idle process costs about 0.3 ms of CPU here).
+OBSERVE_EVERY_S, GAUGES_EVERY_S, HEARTBEAT_EVERY_S = 1.0, 1.0, 1.0
 # How often the event loop's lateness is sampled, and the window its worst is kept for
 # (raft's heartbeats and votes wait as long as the loop is late).
-LAG_PROBE_S, LAG_WINDOW_S = 0.25, 1.0
+LAG_PROBE_S, LAG_WINDOW_S = 0.5, 2.0
 # The merger's pause after an error before it retries, and its wait for work when idle
 # (the scrubber runs between waits).
-MERGER_RETRY_S, MERGER_IDLE_WAIT_S = 1.0, 0.5
+MERGER_RETRY_S, MERGER_IDLE_WAIT_S = 1.0, 1.0
 # After a sync of the merged log, its synced end is noted at most this often (the marker
 # lets a restart scan only what was written after it, not the whole newest file).
 MERGED_MARK_EVERY_S = 1.0

@@ -64,6 +64,7 @@ class NodeStatus:
     """One node's answer to ``STATUS``; ``raw`` is the answer as it came (for JSON)."""
 
     name: str
+    software: str | None  # the node's release (None: a release before versions)
     role: str  # raft role: leader, follower, candidate
     leader: str | None  # the leader this node knows of
     term: int
@@ -75,6 +76,7 @@ class NodeStatus:
     digest: str | None  # digest of the merged log; equal seq and digest: identical logs
     halted: str | None  # why this node's merger stopped, if it did
     unfit_to_lead: str | None  # why this node stands for no election now (writes fail)
+    not_voting: str | None  # why this node grants no vote yet (it started with no raft state)
     inputs: Mapping[str, InputStatus]
     disk_used_percent: float | None
     holds: Mapping[str, Mapping[str, Any]]  # local consumers' holds (rt_appliance.sequencer.holds)
@@ -86,6 +88,7 @@ class NodeStatus:
         inputs = d.get("inputs") or {}
         return cls(
             name=str(d.get("name") or name or "?"),
+            software=d.get("software") or None,
             role=str(d.get("role") or ""),
             leader=d.get("leader"),
             term=int(d.get("term") or 0),
@@ -97,6 +100,7 @@ class NodeStatus:
             digest=d.get("digest"),
             halted=d.get("halted") or None,
             unfit_to_lead=d.get("unfit_to_lead") or None,
+            not_voting=d.get("not_voting") or None,
             inputs={k: InputStatus.from_dict(v or {}) for k, v in inputs.items()},
             disk_used_percent=(d.get("disk") or {}).get("used_percent"),
             holds=d.get("holds") or {},

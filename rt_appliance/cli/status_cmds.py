@@ -34,10 +34,12 @@ from rt_appliance.position import Position
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
-    """Show every node of the stream: role, term, commit index, merged position, digest,
+    """Show every node of the stream: release, role, term, commit index, merged position, digest,
     lag per input, disk use and the holds of local consumers (the Spark pipeline).
     A node whose writes fail (a full disk, EIO) is shown unfit to lead, with why: it
-    gave up leading and stands for no election until it can write again.
+    gave up leading and stands for no election until it can write again. A node that
+    started with no raft state (rebuilt, or added) is shown not voting yet until it has
+    caught up.
 
     Asks each node's sequencer over the control channel (mutual TLS). Nodes at the
     same merged seq with the same digest hold byte-identical merged logs. Exit
@@ -65,7 +67,7 @@ def _default_identity(config: StreamConfig) -> str:
 def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
     click.echo(f"stream {stream}, leader {leader_of(answers) or '(none)'}")
     click.echo(
-        f"{'node':<12} {'role':<10} {'term':>5} {'commit':>8} {'seq':>8} "
+        f"{'node':<12} {'version':<9} {'role':<10} {'term':>5} {'commit':>8} {'seq':>8} "
         f"{'position':<22} {'digest':<18} {'disk':>6}  lag per input"
     )
     for n in answers.values():
@@ -75,7 +77,7 @@ def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
         lag = ", ".join(f"{k}={v.lag_bytes}" for k, v in n.inputs.items()) or "-"
         digest = (n.digest or "?")[:16]
         click.echo(
-            f"{n.name:<12} {n.role:<10} {n.term:>5} {n.commit_index:>8} "
+            f"{n.name:<12} {n.software or '?':<9} {n.role:<10} {n.term:>5} {n.commit_index:>8} "
             f"{n.merged_seq:>8} {Position(n.merged_position).format():<22} {digest:<18} "
             f"{n.disk_used_percent:>5}%  {lag}"
         )
@@ -83,6 +85,8 @@ def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
             click.echo(f"{'':<12} merger halted: {n.halted}")
         if n.unfit_to_lead:
             click.echo(f"{'':<12} unfit to lead (stands for no election): {n.unfit_to_lead}")
+        if n.not_voting:
+            click.echo(f"{'':<12} not voting yet: {n.not_voting}")
         for name, hold in n.holds.items():
             where = Position(hold["position"]).format()
             line = f"{'':<12} hold {name}: at {where}, {hold['behind_bytes'] or 0} bytes behind"

@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 
 
 class Served(Protocol):
-    """What a daemon tells the runner: when it serves, and how it is doing in one line."""
+    """What a daemon tells the runner: when it serves, and how it is doing in one line.
+    One that has something to do on a clean stop before it is cancelled also has an
+    ``async leave()`` (a node hands its leadership over)."""
 
     ready: asyncio.Event
 
@@ -99,7 +101,10 @@ def _watchdog_interval(env: dict[str, str] | os._Environ[str]) -> float | None:
 
 
 async def keep_alive(notifier: Notifier, status: Callable[[], str]) -> None:
-    """On the daemon's loop: watchdog pings and status updates until cancelled."""
+    """On the daemon's loop: watchdog pings and status updates until cancelled (with
+    no systemd to tell, nothing: an idle daemon does not wake for it)."""
+    if not notifier.enabled:
+        return
     every = notifier.watchdog_s or STATUS_LINE_EVERY_S
     while True:
         if notifier.watchdog_s:

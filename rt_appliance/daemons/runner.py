@@ -25,7 +25,8 @@ log = logging.getLogger(__name__)
 def run_daemon(
     name: str, main: Callable[[], Awaitable[None]], served: Served | None = None
 ) -> None:
-    """Run ``main()`` until it returns, or until SIGTERM/SIGINT cancels it (a clean stop).
+    """Run ``main()`` until it returns, or until SIGTERM/SIGINT cancels it (a clean stop:
+    ``served.leave()`` first, while everything still runs; a second signal cancels at once).
 
     Under systemd, READY=1 goes out once ``served.ready`` is set (at once without
     ``served``), and the watchdog and status task runs on this loop until the end.
@@ -37,10 +38,15 @@ def run_daemon(
     async def runner() -> None:
         loop = asyncio.get_running_loop()
         work = asyncio.ensure_future(main())
+        leaving: list[asyncio.Task[None]] = []
+        leave = getattr(served, "leave", None)
 
         def stop() -> None:
             notifier.stopping()
-            work.cancel()
+            if leave is None or leaving or work.done():
+                work.cancel()
+            else:
+                leaving.append(asyncio.create_task(_leave_then_cancel(leave, work)))
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
@@ -64,6 +70,17 @@ def run_daemon(
 
     with asyncio.Runner(loop_factory=new_loop) as run:
         run.run(runner())
+
+
+async def _leave_then_cancel(
+    leave: Callable[[], Awaitable[None]], work: asyncio.Future[None]
+) -> None:
+    try:
+        await leave()
+    except Exception:  # a clean stop goes on whatever leaving did
+        log.exception("before stopping")
+    finally:
+        work.cancel()
 
 
 def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> None:

@@ -143,8 +143,19 @@ class LogCursor:
         self.file = f
 
     def _check_clean_end(self, later: StreamFile) -> None:
-        """A file followed by a later one must end cleanly: a writer repairs before moving on."""
+        """A file followed by a later one must end cleanly: a writer repairs before moving on.
+
+        Nor may it have become shorter than where this cursor has read to (cut by a fault
+        while it was read): moving on to the next file would skip what was cut."""
         assert self.reader is not None and self.file is not None
+        size = self.reader.size()
+        if size < self.reader.offset:
+            raise CorruptLogError(
+                str(self.file.path),
+                size,
+                f"the file is {size} bytes, shorter than offset {self.reader.offset} "
+                f"already read, and is followed by {later.path.name}",
+            )
         tail = self.reader.tail
         if tail is not None and tail.kind != "clean":
             raise CorruptLogError(

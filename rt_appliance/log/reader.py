@@ -223,6 +223,14 @@ class FileReader:
     def _needs_bigger_chunk(self, buf: bytes) -> bool:
         return len(buf) >= RECORD_HEADER.size and self._record_size(buf) > len(buf)
 
+    def _whole_now(self) -> bool:
+        """Whether the record at :attr:`offset`, read again now, is whole and valid."""
+        head = os.pread(self._fd, RECORD_HEADER.size, self.offset)
+        if len(head) < RECORD_HEADER.size:
+            return False
+        size = self._record_size(head)
+        return size > 0 and not check_record(os.pread(self._fd, size, self.offset), 0)[2]
+
     def _record_size(self, buf: bytes) -> int:
         length: int = RECORD_HEADER.unpack_from(buf, 0)[1]
         fits = self.offset + RECORD_HEADER.size + length <= self.size()
@@ -269,7 +277,12 @@ class FileReader:
         size = self.size()
         if self.offset >= size:
             return TailState(self.offset, "clean")
+        # Read it again, after the size: a record the writer finished since ``buf`` was
+        # read is neither a tail nor damage (a search past it would find the records
+        # written after it and call that corruption); the next read takes it.
         _, _, problem = check_record(buf, 0)
+        if problem == "incomplete" and self._whole_now():
+            return TailState(self.offset, "incomplete", "written while it was read")
         problem = problem or records.reason or "bad record"
         if problem != "incomplete" or self._strict_tail:
             found = find_valid_record(self._fd, self.offset + 1, size)

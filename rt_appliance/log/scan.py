@@ -8,14 +8,16 @@ corruption needs the rest of the file, which is :mod:`rt_appliance.log.reader`'s
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass, field
 from enum import Enum
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+if TYPE_CHECKING:  # numpy is imported when first used: a node process rarely needs it
+    import numpy as np
 
 from rt_appliance.limits import MAX_PAYLOAD_BYTES, NUMPY_MIN_RECORDS
 from rt_appliance.log.format import KIND_MESSAGE, KIND_RANGE, RECORD_HEADER
@@ -30,28 +32,36 @@ __all__ = ["Columns", "Scan", "Stop", "check_record", "scan", "scan_columns"]
 
 _HEADER_BYTES = RECORD_HEADER.size
 _LENGTH = struct.Struct("<4xI")  # just the length field of a record header
-# The record header as a numpy record, with kind, flags and reserved read as one
-# u32 (zero for a message record): pass 2 gathers every header of a buffer at once.
-_HEADER_DTYPE = np.dtype(
-    [
-        ("crc", "<u4"),
-        ("length", "<u4"),
-        ("kind_flags", "<u4"),
-        ("timestamp_ns", "<i8"),
-        ("id", "<i8"),
-    ]
-)
-_EMPTY_HEADERS = np.zeros(0, dtype=_HEADER_DTYPE)
 _SCAN_HEADER = struct.Struct("<IIIqq")  # the same header, for the few-records path
+
+
+@functools.cache
+def _header_dtype() -> np.dtype:
+    """The record header as a numpy record, with kind, flags and reserved read as one
+    u32 (zero for a message record): pass 2 gathers every header of a buffer at once."""
+    import numpy as np
+
+    return np.dtype(
+        [
+            ("crc", "<u4"),
+            ("length", "<u4"),
+            ("kind_flags", "<u4"),
+            ("timestamp_ns", "<i8"),
+            ("id", "<i8"),
+        ]
+    )
 
 
 def _gather_headers(buf: bytes, offsets: list[int]) -> np.ndarray:
     """The record headers at ``offsets`` of ``buf``, as one structured array."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
     if not offsets:
-        return _EMPTY_HEADERS
+        return np.zeros(0, dtype=_header_dtype())
     windows = sliding_window_view(np.frombuffer(buf, dtype=np.uint8), _HEADER_BYTES)
     rows = windows[np.array(offsets, dtype=np.intp)]  # a copy: (len(offsets), 28) bytes
-    return rows.view(_HEADER_DTYPE).ravel()
+    return rows.view(_header_dtype()).ravel()
 
 
 def _check_headers(
@@ -70,6 +80,8 @@ def _check_headers(
         bad = [r[0] != c or r[2] != 0 for r, c in zip(rows, crcs, strict=True)]
         cut = bad.index(True) if True in bad else None
         return cut, [r[3] for r in rows], [r[4] for r in rows]
+    import numpy as np
+
     heads = _gather_headers(buf, offsets)
     flags = (heads["crc"] != np.array(crcs, dtype=np.uint32)) | (heads["kind_flags"] != 0)
     cut = int(flags.argmax()) if flags.any() else None
@@ -149,6 +161,8 @@ class Scan:
         """Where each record ends (the next one's offset, the last one's ``stop_offset``)."""
         if self.columns is None:
             return [*self.offsets[1:], self.stop_offset]
+        import numpy as np
+
         return np.append(self.columns.offsets[1:], np.int64(self.stop_offset))
 
     def head(self, count: int) -> None:
@@ -222,6 +236,8 @@ def scan_columns(buf: bytes, start: int, limit: int) -> Scan:
 
     Stops where :func:`scan` stops; the result's ``columns`` hold the records.
     """
+    import numpy as np
+
     if _native is not None:
         count, offsets, stamps, ids, starts, data, end, failed = _native.columns(
             buf, start, limit, MAX_PAYLOAD_BYTES

@@ -113,6 +113,10 @@ class Node:
         finally:
             await self.pull.stop()
 
+    async def leave(self) -> None:
+        """Before a clean stop: hand leadership over (the servers serve meanwhile)."""
+        await self.sequencer.hand_over()
+
     async def _announce_ready(self) -> None:
         await self.push.ready.wait()
         await self.sequencer.ready.wait()

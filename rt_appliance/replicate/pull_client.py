@@ -240,6 +240,11 @@ class PullClient:
             self._order = order
         names = [e.name for e in order]
         self._index = names.index(node) if node in names else self._index
+        if leader is None and self.host.prefer != "any":
+            log.info(
+                "%s: %s names no leader yet; taking it, whichever role it has",
+                self.host.name, node,
+            )  # fmt: skip
         preferred = (node == leader) == (self.host.prefer == "leader")
         now = time.monotonic()
         others = [e.name for e in order if e.name != node]

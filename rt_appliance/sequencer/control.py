@@ -2,9 +2,11 @@
 
 Requests, each answered by one frame:
 
-* ``REPORT {"extents": {dir: position}, "holds": {name: position}}`` from a node's
-  sequencer: how far it durably holds each input, and the holds of its merged-log
-  consumers (:mod:`rt_appliance.sequencer.holds`; optional). Only the leader takes
+* ``REPORT {"extents": {dir: position}, "holds": {name: position}, "ends": {dir:
+  [position]}}`` from a node's sequencer: how far it durably holds each input, the
+  holds of its merged-log consumers (:mod:`rt_appliance.sequencer.holds`; optional), and
+  where its copies of each input's files end from the merged position on, all but the
+  newest (optional: a node of an earlier release sends none). Only the leader takes
   reports (answered ``STATE {"leader": name}``); any other node answers
   ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader. A reporter
   does not wait for an answer before its next report (up to ``REPORT_WINDOW``
@@ -57,7 +59,9 @@ class ControlServer:
         config: StreamConfig,
         node_name: str,
         leader: Callable[[], str | None],
-        on_report: Callable[[str, dict[str, int], dict[str, int]], None],
+        on_report: Callable[
+            [str, dict[str, int], dict[str, int], dict[str, list[int]] | None], None
+        ],
         status: Callable[[], Awaitable[dict[str, Any]]],
         on_refused: Callable[[], None],
     ) -> None:
@@ -124,7 +128,15 @@ class ControlServer:
         holds = fields.get("holds", {})
         if not isinstance(holds, dict):
             raise FrameError(f"frame field 'holds' is not an object: {holds!r}")
-        self.on_report(conn.peer, _positions(extents), _positions(holds))
+        ends = fields.get("ends")
+        if ends is not None and not isinstance(ends, dict):
+            raise FrameError(f"frame field 'ends' is not an object: {ends!r}")
+        self.on_report(
+            conn.peer,
+            _positions(extents),
+            _positions(holds),
+            None if ends is None else _position_lists(ends),
+        )
         await conn.send(FrameType.STATE, {"leader": self.name})
 
 
@@ -134,6 +146,15 @@ def _positions(fields: dict[str, Any]) -> dict[str, int]:
         str(k): v
         for k, v in fields.items()
         if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 64
+    }
+
+
+def _position_lists(fields: dict[str, Any]) -> dict[str, list[int]]:
+    """The entries of a name -> [position] object, each list's positions only."""
+    return {
+        str(k): [p for p in v if isinstance(p, int) and not isinstance(p, bool) and p >= 0]
+        for k, v in fields.items()
+        if isinstance(v, list)
     }
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from rt_appliance import trace
+from rt_appliance import trace, versions
 from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
@@ -47,6 +47,8 @@ from rt_appliance.errors import RTError
 from rt_appliance.heartbeat import sequencer_file, write_sequencer_file
 from rt_appliance.limits import (
     GAUGES_EVERY_S,
+    HAND_OVER_ON_STOP_S,
+    HAND_OVER_POLL_S,
     HEARTBEAT_EVERY_S,
     HOLDS_REPORT_WAIT_INTERVALS,
     INLINE_PLAN_BYTES,
@@ -142,6 +144,20 @@ class _Metrics:
                 registry=r,
             )
         )
+        self.prevote_asked = _Total(
+            Counter(
+                "rt_sequencer_prevote_rounds",
+                "Times this node's election timeout passed and it asked whether it would win",
+                registry=r,
+            )
+        )
+        self.prevote_won = _Total(
+            Counter(
+                "rt_sequencer_prevote_won",
+                "Of those, rounds a majority said yes to (an election followed)",
+                registry=r,
+            )
+        )
         self.refused = Counter(
             "rt_sequencer_refused",
             "Raft/control connections or frames refused",
@@ -223,9 +239,22 @@ class Sequencer:
         self.raft = RaftNode(config, node_name, self.data_dir / "raft", self.machine)
         journal.ON_FULL[:] = [self._journal_full]
         self.raft.set_refusal_hook(lambda what: self.metrics.refused.labels(what).inc())
-        self.planner = Planner(config, node_name, self.machine, self.inputs, self.raft, self.wake)
+        self.planner = Planner(
+            config,
+            node_name,
+            self.machine,
+            self.inputs,
+            self.raft,
+            self.wake,
+            behind=lambda why: self.fitness.failed("input_behind", why),
+        )
         self.machine.listeners.append(self.wake)
         self.raft.on_settled = self.wake  # a new leader plans once its log is applied
+        # the observer runs once a second, and at once when the leader changes or a
+        # write fails (a leader that cannot write steps down without waiting for it)
+        self._observe_now = asyncio.Event()
+        self.raft.on_leader_change = self._observe_soon
+        self.fitness.on_failure = self._observe_soon
         self._stop = threading.Event()
         self._leader_seen: str | None = "?"
         self._heartbeat_failing = False  # the heartbeat file could not be written last time
@@ -241,13 +270,20 @@ class Sequencer:
     def wake(self) -> None:
         """Wake the planner, from any thread (on the loop itself without the self-pipe:
         raft applies and answers proposals there, thousands of times a second)."""
+        self._set(self._wake)
+
+    def _observe_soon(self) -> None:
+        """Run the observer now rather than at its next second, from any thread."""
+        self._set(self._observe_now)
+
+    def _set(self, event: asyncio.Event) -> None:
         loop = self._loop
         if loop is None:
             return
         if threading.get_ident() == self._loop_thread:
-            self._wake.set()
+            event.set()
         else:
-            loop.call_soon_threadsafe(self._wake.set)
+            loop.call_soon_threadsafe(event.set)
 
     def leader(self) -> str | None:
         return self.raft.leader()
@@ -308,6 +344,32 @@ class Sequencer:
         await self.raft.wait_listening()
         self.ready.set()
 
+    async def hand_over(self, timeout_s: float = HAND_OVER_ON_STOP_S) -> bool:
+        """Before a clean stop: a leader hands leadership to a caught-up follower (raft's
+        TimeoutNow), so that the stream waits for no election timeout. False if it still
+        leads after ``timeout_s`` (it then stops anyway, and the others elect)."""
+        if len(self.config.nodes) == 1 or not self.raft.is_leader():
+            return True
+        term = self.raft.term()
+        log.info("stopping as leader (term %d): handing leadership over first", term)
+        deadline = time.monotonic() + timeout_s
+        # unfit (for UNFIT_HOLD_S, longer than the wait): it proposes nothing more, and
+        # raft asks a caught-up follower to stand, again on every tick until one does
+        self.fitness.failed("stopping", "asked to stop; handing leadership over")
+        # until another node is named leader (or nobody is left to hand over to: the
+        # others are stopping too)
+        while (
+            (self.raft.is_leader() or self.raft.leader() is None)
+            and time.monotonic() < deadline
+            and self.raft.status().connected
+        ):
+            await asyncio.sleep(HAND_OVER_POLL_S)
+        if self.raft.is_leader():
+            log.warning("no follower took leadership within %gs; stopping as leader", timeout_s)
+            return False
+        log.info("handed leadership over (leader now %s)", self.raft.leader() or "being elected")
+        return True
+
     def status_line(self) -> str:
         """One line for systemd's status, e.g. ``leader, term 3, merged seq 1200, 2 inputs``."""
         raft = self.raft.status()
@@ -319,8 +381,14 @@ class Sequencer:
             line += f", leader {raft.leader or 'unknown'}"
         return line + (f", HALTED: {self.merger.halted}" if self.merger.halted else "")
 
-    def _on_report(self, node: str, extents: dict[str, int], node_holds: dict[str, int]) -> None:
-        self.planner.report(node, extents)
+    def _on_report(
+        self,
+        node: str,
+        extents: dict[str, int],
+        node_holds: dict[str, int],
+        ends: dict[str, list[int]] | None,
+    ) -> None:
+        self.planner.report(node, extents, ends)
         if trace.enabled():
             for name, extent in extents.items():
                 trace.event("reported", f"{node}/{name}", extent)
@@ -328,16 +396,23 @@ class Sequencer:
         self._wake.set()
 
     def _report_fields(self) -> dict[str, Any]:
-        """What a follower reports to the leader: its input extents and consumer holds.
+        """What a follower reports to the leader: its input extents, consumer holds, and
+        where its copies of the input files from the merged positions on end.
 
         The holds are read from their files at most once per report interval (a
         consumer moves its hold when it commits; a report interval later is soon enough
-        for the archiver), so most reports are made from memory."""
+        for the archiver), so most reports are made from memory and a few stats."""
         now = time.monotonic()
         if self._own_holds is None or now >= self._holds_due:
             self._own_holds = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
             self._holds_due = now + self.config.sequencer.report_interval_ms / 1000
-        return {"extents": self.inputs.extents(), "holds": self._own_holds}
+        with self.machine.cond:
+            merged = dict(self.machine.state.inputs)
+        return {
+            "extents": self.inputs.extents(),
+            "holds": self._own_holds,
+            "ends": self.inputs.file_ends(merged),
+        }
 
     def _report_cheap(self) -> bool:
         """Whether a report now is made from memory only, and may run on the loop: in the
@@ -402,6 +477,7 @@ class Sequencer:
     async def _observe_loop(self) -> None:
         path = sequencer_file(self.config, self.config.node(self.name))
         next_gauges = next_heartbeat = 0.0
+        heard: tuple[str | None, bool] | None = None  # what the heartbeat file says
         while True:
             if self.merger.failure is not None:  # the merger thread is gone: stop for a restart
                 raise RTError(f"sequencer {self.name}: {self.merger.halted}")
@@ -427,21 +503,26 @@ class Sequencer:
             m.scrub_damaged.follow(self.merger.scrubber.damaged)
             m.scrub_repaired.follow(self.merger.scrubber.repaired)
             m.pruned.follow(self.merger.pruned_files)
-            if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
-                await asyncio.to_thread(self._inputs)
-                await asyncio.to_thread(self._disk)
-                await asyncio.to_thread(self._holds)
-                next_gauges = time.monotonic() + GAUGES_EVERY_S
+            m.prevote_asked.follow(self.raft.prevote.rounds)
+            m.prevote_won.follow(self.raft.prevote.won)
             if status.leader != self._leader_seen:
                 log.info(
                     "raft: leader is now %s (term %d)", status.leader or "unknown", status.term
                 )
                 self._leader_seen = status.leader
                 self._wake.set()  # a new leader plans at once
-            if time.monotonic() >= next_heartbeat:  # for this node's pull server
-                self._heartbeat(path, status.leader, status.has_quorum)
-                next_heartbeat = time.monotonic() + HEARTBEAT_EVERY_S
-            await asyncio.sleep(OBSERVE_EVERY_S)
+                self._inputs_changed.set()  # and a follower reports to it at once
+            said = (status.leader, status.has_quorum)
+            if time.monotonic() >= next_heartbeat or said != heard:  # for the pull server
+                self._heartbeat(path, *said)  # a change at once
+                next_heartbeat, heard = time.monotonic() + HEARTBEAT_EVERY_S, said
+            if time.monotonic() >= next_gauges:  # gauges that cost a directory walk
+                await asyncio.to_thread(self._walked_gauges)  # one thread hop for all
+                next_gauges = time.monotonic() + GAUGES_EVERY_S
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(OBSERVE_EVERY_S):
+                    await self._observe_now.wait()
+            self._observe_now.clear()
 
     def _journal_full(self, why: str) -> None:
         """The raft journal cannot grow: the loop is about to wait for room (and the
@@ -501,6 +582,11 @@ class Sequencer:
                 self.metrics.loop_lag.set(worst)
                 worst, window_end = 0.0, loop.time() + LAG_WINDOW_S
 
+    def _walked_gauges(self) -> None:
+        self._inputs()
+        self._disk()
+        self._holds()
+
     def _inputs(self) -> dict[str, Any]:
         """Per input: how far this node holds it, how far it is merged, the bytes between."""
         state = self.machine.committed()
@@ -544,9 +630,13 @@ class Sequencer:
         state = self.machine.committed()
         return {
             "name": self.name,
+            "software": versions.SOFTWARE,
+            "protocols": {"wire": versions.WIRE_PROTOCOL, "raft": versions.RAFT_PROTOCOL},
+            "raft_peer_versions": self.raft.peer_versions(),
             "role": raft.role,
             "leader": raft.leader,
             "unfit_to_lead": self.raft.unfit,
+            "not_voting": self.raft.joining.describe(),
             "term": raft.term,
             "commit_index": raft.commit_index,
             "last_applied": raft.last_applied,

@@ -1,4 +1,5 @@
-"""Whether this node can lead: it could write and sync what leading takes, lately.
+"""Whether this node can lead: it could write and sync what leading takes, lately, and
+held the input a majority holds.
 
 A leader whose disk is full, or fails with EIO, cannot take its publishers' input, write
 its merged log or record its heartbeat, while a majority of healthy nodes could go on
@@ -8,6 +9,11 @@ merging without it. Each part of the node that writes says so when a write fails
 down if it leads and stands for no election (:meth:`RaftNode.set_unfit
 <rt_appliance.sequencer.raft.node.RaftNode.set_unfit>`); it still follows, votes and
 merges as far as it can, and leads again once it is fit and wins an election.
+
+A leader plans merges from its own copy of the inputs. When that copy lacks bytes that a
+majority of nodes hold, for longer than ``limits.LEADER_INPUT_BEHIND_S`` (its push server
+is down, or publishers cannot reach it), the planner says so (``input_behind``) and the
+leader hands over to a follower that holds them.
 
 Thread-safe: the merger reports from its own thread, the servers from the event loop.
 """
@@ -27,8 +33,10 @@ __all__ = ["CAUSES", "Fitness", "Unfit", "is_write_failure"]
 # The errors that say this node's storage cannot take writes (not a bad request or file)
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 
-# What failed to write: the label of rt_sequencer_stepped_down_total and rt status.
-CAUSES = ("input", "merged_log", "heartbeat", "raft_journal")
+# What failed: the label of rt_sequencer_stepped_down_total and rt status. The first four
+# are writes; ``input_behind``: a leader lacks input bytes a majority holds; ``stopping``:
+# the node was asked to stop and hands leadership over before it does.
+CAUSES = ("input", "merged_log", "heartbeat", "raft_journal", "input_behind", "stopping")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +45,10 @@ class Unfit:
     why: str  # the error, as the failing part logged it
 
     def __str__(self) -> str:
+        if self.cause == "input_behind":
+            return f"its own copy of an input is behind a majority's: {self.why}"
+        if self.cause == "stopping":
+            return f"it is stopping: {self.why}"
         return f"cannot write its {self.cause.replace('_', ' ')}: {self.why}"
 
 
@@ -47,6 +59,7 @@ class Fitness:
         self._clock = clock
         self._lock = threading.Lock()
         self._failed: dict[str, tuple[float, str]] = {}  # cause -> (when, why), the newest
+        self.on_failure: Callable[[], None] | None = None  # told of each failure, any thread
 
     def failed(self, cause: str, why: str) -> None:
         """A write of ``cause`` failed now (ENOSPC, EIO, ...)."""
@@ -54,6 +67,8 @@ class Fitness:
             raise ValueError(f"unknown cause {cause!r}")
         with self._lock:
             self._failed[cause] = (self._clock(), why)
+        if self.on_failure is not None:
+            self.on_failure()
 
     def unfit(self) -> Unfit | None:
         """Why this node should not lead now (its newest failure), or None."""

@@ -14,7 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rt_appliance.limits import INPUT_SCAN_BYTES, MAX_FILE_HEADER_BYTES, UNBOUNDED_SCAN_RECORDS
+from rt_appliance.limits import (
+    FILE_ENDS_REPORTED,
+    INPUT_SCAN_BYTES,
+    MAX_FILE_HEADER_BYTES,
+    UNBOUNDED_SCAN_RECORDS,
+)
 from rt_appliance.log.format import RECORD_HEADER, decode_file_header
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import Stop, scan
@@ -186,6 +191,17 @@ class InputDir:
                 return None if header is None else Position.of(f.session, f.roll, header)
         return None
 
+    def file_ends(self, after: Position, most: int = FILE_ENDS_REPORTED) -> list[int]:
+        """Where this node's copies of the files from the one holding ``after`` end (as
+        positions), every file but the newest, at most ``most``: what a follower reports
+        so that the leader moves its plan past a file's end only where a majority's copies
+        end too (a copy cut short looks like a whole file that ended early)."""
+        ends: list[int] = []
+        for f in self.files()[:-1]:
+            if f.key >= after.file_key and len(ends) < most:
+                ends.append(int(_end_of(f)))
+        return ends
+
     def file_end(self, at: Position) -> int | None:
         """The valid end of the file ``at`` is in, if this node has that file."""
         files = self.files()
@@ -282,6 +298,16 @@ class Inputs:
 
     def extents(self) -> dict[str, int]:
         return {name: int(self.get(name).extent()) for name in self.names()}
+
+    def file_ends(self, merged: dict[str, int]) -> dict[str, list[int]]:
+        """:meth:`InputDir.file_ends` of each input from its merged position (``merged``:
+        input -> position), for the inputs with files after the one holding it."""
+        ends = {}
+        for name, position in merged.items():
+            found = self.get(name).file_ends(Position(position))
+            if found:
+                ends[name] = found
+        return ends
 
 
 def _input_names(in_dir: Path) -> frozenset[str]:

@@ -41,7 +41,19 @@ from rt_appliance.log.writer import create_stream_file, write_all
 from rt_appliance.position import Position
 from rt_appliance.sequencer.state import MERGED_SESSION
 
-__all__ = ["MergedLog", "MergedRecord", "merged_record_size", "parse_merged_records"]
+__all__ = [
+    "FileChangedError",
+    "MergedLog",
+    "MergedRecord",
+    "merged_record_size",
+    "parse_merged_records",
+]
+
+
+class FileChangedError(LogError):
+    """The newest merged file is not the size the merger wrote (cut or grown by someone
+    else while the node ran): appending now would put records where they do not belong."""
+
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +259,7 @@ class MergedLog:
         if pos.offset != self.size:
             raise LogError(f"merged record at {pos} does not follow {Position(self.end)}")
         path = self.directory / f"log.{MERGED_SESSION}.{self.roll}"
+        self._check_size(path)
         write_all(self._fd, data, path, self.size)
         self._last = (self.size, int.from_bytes(data[20:28], "little", signed=True))
         self.size += len(data)
@@ -265,10 +278,21 @@ class MergedLog:
         if offset != self.size:
             raise LogError(f"copy at roll {roll} offset {offset}, the file ends at {self.size}")
         if data:
+            self._check_size(self.directory / f"log.1.{roll}")
             write_all(self._fd, data, self.directory / f"log.1.{roll}", self.size)
             self.size += len(data)
             self.seq = last_seq
             self._last = None  # where its last record starts is not known: no marker
+
+    def _check_size(self, path: Path) -> None:
+        """The file is appended to (``O_APPEND``): make sure its end is where the merger
+        left it, so that what is appended lands at its committed position."""
+        actual = os.fstat(self._fd).st_size
+        if actual != self.size:
+            raise FileChangedError(
+                f"{path} is {actual} bytes but {self.size} were written to it: it was "
+                "changed under the merger (cut, or damaged); repairing before appending"
+            )
 
     def sync(self) -> None:
         if self._fd >= 0:

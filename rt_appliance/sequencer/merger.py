@@ -43,7 +43,12 @@ from rt_appliance.replicate.fetch import PeerFetcher
 from rt_appliance.sequencer.fitness import is_write_failure
 from rt_appliance.sequencer.inputs import InputDir, Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
-from rt_appliance.sequencer.merged import MergedLog, merged_record_size, parse_merged_records
+from rt_appliance.sequencer.merged import (
+    FileChangedError,
+    MergedLog,
+    merged_record_size,
+    parse_merged_records,
+)
 from rt_appliance.sequencer.scrub import Scrubber
 from rt_appliance.sequencer.state import (
     ZERO_DIGEST,
@@ -185,6 +190,8 @@ class Merger:
                 if is_write_failure(exc):
                     self.on_write_failure(str(exc))
                 log.error("merger: %s; retrying in %.0f s", self.halted, MERGER_RETRY_S)
+                if isinstance(exc, FileChangedError):
+                    self._scrub_newest()
                 self._stop.wait(MERGER_RETRY_S)
                 continue
             self.halted = ""
@@ -237,6 +244,14 @@ class Merger:
         self.digest = item.digest_after
         if self.config.archiver.prune_inputs:
             self._prune_input(ins)
+
+    def _scrub_newest(self) -> None:
+        """Repair the newest merged file now: it changed under the merger."""
+        try:
+            with self._write_lock:
+                self.scrubber.check_newest()
+        except Exception:  # the next retry tries again
+            log.exception("scrub: unexpected error")
 
     def _scrub(self) -> None:
         """One step of the scrubber, between two instructions (nothing is appended meanwhile)."""

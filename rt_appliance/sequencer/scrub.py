@@ -61,6 +61,14 @@ class Scrubber:
     def due(self) -> bool:
         return self.interval_s > 0 and time.monotonic() >= self._next_at
 
+    def check_newest(self) -> Damage | None:
+        """Check the newest merged file now (the merger found it changed under it), and
+        repair it if damaged. Returns the damage found."""
+        files = self.merged.files()
+        if not files:
+            return None
+        return self._check(files[-1], True)
+
     def step(self) -> Damage | None:
         """Check the next merged file; repair it if damaged. Returns the damage found."""
         self._next_at = time.monotonic() + self.interval_s
@@ -70,8 +78,11 @@ class Scrubber:
         later = [f for f in files if self._after is None or f.key > self._after]
         current = (later or files)[0]
         self._after = current.key
+        return self._check(current, current.key == files[-1].key)
+
+    def _check(self, current: StreamFile, newest: bool) -> Damage | None:
         self.checked_files += 1
-        damage = self.inspect(current, current.key == files[-1].key)
+        damage = self.inspect(current, newest)
         if damage is not None:
             self.damaged += 1
             log.error(
@@ -96,6 +107,8 @@ class Scrubber:
             return Damage(f, report.error.offset, expected, report.error.reason)
         if expected is not None and report.valid_bytes < expected:
             return Damage(f, report.valid_bytes, expected, "shorter than what was written")
+        if expected is not None and _size(f) > expected:  # bytes nobody merged: cut them
+            return Damage(f, expected, expected, "longer than what was written")
         if expected is None and report.tail.kind != "clean":
             return Damage(f, report.valid_bytes, None, report.tail.reason or report.tail.kind)
         return None
@@ -166,6 +179,13 @@ class Scrubber:
                     return None  # the peer does not have all of it yet
                 break
         return b"".join(chunks)
+
+
+def _size(f: StreamFile) -> int:
+    try:
+        return f.path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _first_record(f: StreamFile) -> int | None:

@@ -20,7 +20,9 @@ Control frames carry a JSON object; DATA frames carry bytes::
 
 Conversation (client opens the TCP connection; ``->`` client to server):
 
-* ``-> HELLO {role, host, stream, version}``, ``<- WELCOME {node, stream}``
+* ``-> HELLO {role, host, stream, version, software}``,
+  ``<- WELCOME {node, stream, version, software}`` (``version``: the wire protocol,
+  ``software``: the release; see :mod:`rt_appliance.versions`)
 * push: ``-> OFFER {dir}``, ``<- RESUME {dir, position}``, then ``-> DATA``
   frames from that position and ``<- ACK {dir, position}`` once durable;
 * pull: ``-> PULL {position}``, then ``<- DATA`` frames and ``<- PRUNE {before}``
@@ -42,6 +44,7 @@ from typing import Any
 
 from rt_appliance.errors import FrameError
 from rt_appliance.position import Position
+from rt_appliance.versions import WIRE_PROTOCOL
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -56,7 +59,7 @@ __all__ = [
     "require",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = WIRE_PROTOCOL
 _DIR_LEN = struct.Struct("<H")
 _POSITION = struct.Struct("<Q")
 _HEAD_LEN = struct.Struct("<H")

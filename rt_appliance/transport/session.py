@@ -32,7 +32,6 @@ from rt_appliance.limits import (
 )
 from rt_appliance.transport.framing import FRAME_HEADER, encode_frame, read_frame, write_pieces
 from rt_appliance.transport.messages import (
-    PROTOCOL_VERSION,
     FrameType,
     decode_control,
     encode_control,
@@ -40,6 +39,7 @@ from rt_appliance.transport.messages import (
     require,
 )
 from rt_appliance.transport.tls import peer_name
+from rt_appliance.versions import SOFTWARE, WIRE_PROTOCOL, refusal, speaks
 
 __all__ = [
     "Connection",
@@ -129,12 +129,18 @@ async def accept(
         )
     elif hello.get("stream") != config.stream:
         problem = f"wrong stream {hello.get('stream')!r}, this is {config.stream!r}"
-    elif hello.get("version") != PROTOCOL_VERSION:
-        problem = f"protocol version {hello.get('version')!r} not supported"
+    elif not speaks("wire", hello.get("version")):
+        problem = refusal("wire", name, hello.get("version"), hello.get("software"))
     if problem:
         await conn.error(problem, retryable=False)
         raise PeerRejectedError(problem)
-    await conn.send(FrameType.WELCOME, {"node": local_name, "stream": config.stream})
+    welcome = {
+        "node": local_name,
+        "stream": config.stream,
+        "version": WIRE_PROTOCOL,
+        "software": SOFTWARE,
+    }
+    await conn.send(FrameType.WELCOME, welcome)
     return conn, hello
 
 
@@ -166,7 +172,8 @@ async def connect(
             "role": role,
             "host": local_name,
             "stream": config.stream,
-            "version": PROTOCOL_VERSION,
+            "version": WIRE_PROTOCOL,
+            "software": SOFTWARE,
         }
         await conn.send(FrameType.HELLO, hello)
         welcome = await asyncio.wait_for(
@@ -174,6 +181,10 @@ async def connect(
         )
         if require(welcome, "node", str) != name:
             raise PeerRejectedError(f"{name} welcomed as {welcome['node']!r}")
+        # a node of a release before versions sends none: it speaks protocol 1
+        if not speaks("wire", welcome.get("version", 1)):
+            problem = refusal("wire", name, welcome.get("version"), welcome.get("software"))
+            raise PeerRejectedError(problem)
     except BaseException:
         await conn.close()
         raise

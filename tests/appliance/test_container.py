@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,21 +28,25 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
+SOURCE_VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 NODE_UNITS = ["rt-sequencer.service"]  # rt node: push server, sequencer, pull server
 
 
-def package(release: int, kind: str = "deb") -> Path:
-    """dist/'s package of this release, built (or repacked) if missing."""
+def package(release: int, kind: str = "deb", version: str | None = None) -> Path:
+    """dist/'s package of this release, built (or repacked) if missing. ``version``: the
+    same sources built as another version (a rolling upgrade's new release)."""
+    version = version or SOURCE_VERSION
     name = (
-        f"rt-appliance_0.1.0-{release}_amd64.deb"
+        f"rt-appliance_{version}-{release}_amd64.deb"
         if kind == "deb"
-        else f"rt-appliance-0.1.0-{release}.x86_64.rpm"
+        else f"rt-appliance-{version}-{release}.x86_64.rpm"
     )
     if not (DIST / name).exists():
-        env = {**os.environ, "RT_PKG_RELEASE": str(release)}
+        env = {**os.environ, "RT_PKG_RELEASE": str(release), "RT_PKG_VERSION": version}
         if release > 1:
             env["RT_PKG_REPACK"] = "1"
-            env["RT_PKG_SPARK"] = "0"  # the upgrade test needs rt-appliance only
+        if release > 1 or version != SOURCE_VERSION:
+            env["RT_PKG_SPARK"] = "0"  # the upgrade tests need rt-appliance only
         subprocess.run(["bash", str(ROOT / "packaging/build.sh")], check=True, env=env)
     return DIST / name
 

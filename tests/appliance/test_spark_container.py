@@ -61,6 +61,13 @@ COUNT_ROWS = (
     " partitioning='hive').count_rows())"
 )
 
+READ_MERGED = (
+    "from pyspark.sql import SparkSession; "
+    "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')"
+    ".getOrCreate(); "
+    "print(spark.read.format('rt').load('/var/lib/rt/merged').count())"
+)
+
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
@@ -144,3 +151,14 @@ def test_pipeline_unit_turns_published_messages_into_parquet(node: Container) ->
     # A stop is clean: the unit ends inactive, not failed.
     node.run("systemctl", "stop", PIPELINE, timeout_s=120)
     assert node.unit_property(PIPELINE, "ActiveState") == "inactive", journal(node, PIPELINE)
+
+    # format("rt") in a new session of the package's Python, with no line registering it
+    # and nothing else set: its .pth names the workers' Python, pyspark_rt the source.
+    counted = node.run(
+        "runuser", "-u", "rt", "--", "env", f"JAVA_HOME={DEFAULT_JAVA_HOME}",
+        "SPARK_LOCAL_IP=127.0.0.1",  # this shell's host name does not resolve here
+        "/opt/rt-appliance/bin/python", "-c", READ_MERGED,
+        check=False, timeout_s=240,
+    )  # fmt: skip
+    assert counted.returncode == 0, counted.stderr[-3000:]
+    assert counted.stdout.split()[-1] == str(ROWS)

@@ -198,7 +198,9 @@ def test_spark_home_is_where_the_spark_package_puts_pyspark() -> None:
     pth = "/opt/rt-appliance/lib/python3.11/site-packages/rt-appliance-spark.pth"
     assert pth in destinations
     build = (ROOT / "packaging/build.sh").read_text()
-    assert f"--target {home.parent}" in build and f"echo {home.parent} >" in build
+    assert f"--target {home.parent}" in build
+    # the .pth names that directory, on a line of its own
+    assert f"            echo {home.parent}\n" in build and "rt-appliance-spark.pth" in build
 
 
 def test_apply_writes_spark_units_when_enabled_and_removes_them_when_disabled(

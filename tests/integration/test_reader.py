@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rt_appliance.log import reader as reader_module
 from rt_appliance.log.format import FILE_KIND_PUBLISHER, encode_file_header, encode_record
 from rt_appliance.log.reader import FileReader, find_valid_record
+from rt_appliance.log.scan import Scan, Stop
 
 pytestmark = pytest.mark.integration
 
@@ -115,3 +116,20 @@ def test_find_valid_record_in_zeros_and_noise_is_none(tmp_path: Path) -> None:
         assert find_valid_record(fd, 0, os.fstat(fd).st_size) is None
     finally:
         os.close(fd)
+
+
+def test_a_record_finished_while_it_was_read_is_no_corruption(tmp_path: Path) -> None:
+    """A reader that will not wait (``strict_tail``) read a record cut short, and by the
+    time it looked past it the writer had finished it and written more: that is the
+    writer's progress, not a damaged record with valid ones after it."""
+    rng = random.Random(7)
+    path = tmp_path / "log.1.0"
+    header = encode_file_header(FILE_KIND_PUBLISHER, 1, 0, 0, "t", "h")
+    records = make_records(6, rng)
+    path.write_bytes(header + b"".join(records))
+    cut_short = records[0][: len(records[0]) // 2]  # what the first read of it saw
+    with FileReader(path, len(header), strict_tail=True) as reader:
+        tail = reader._classify(Scan(0, stop=Stop.BAD, reason="incomplete"), cut_short)
+        assert (tail.offset, tail.kind) == (len(header), "incomplete")
+        block = reader.read_block(100)  # the next read takes it, and the rest
+        assert block is not None and len(block.records.offsets) == 6

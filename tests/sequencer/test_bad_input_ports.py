@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.fault, pytest.mark.slow]
 
 NODE = "rt-1"
 CLOSE_WITHIN_S = HANDSHAKE_TIMEOUT_S + 10  # every bad connection is closed by then
-FD_SLACK = 3  # descriptors a daemon may open meanwhile for its own work (a new file)
+FD_SLACK = 3  # connections a daemon may open meanwhile for its own work (a redial)
 RSS_SLACK = 64 << 20  # memory a daemon may grow by meanwhile (buffers of the stream itself)
 HTTP_CLOSE_WITHIN_S = METRICS_REQUEST_TIMEOUT_S + 10
 
@@ -225,8 +225,17 @@ def _rss(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def _fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+def _fds(pid: int) -> dict[str, str]:
+    """The process's descriptors: number -> what it refers to (a file, ``socket:[...]``)."""
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return found
+
+
+def _sockets(pid: int) -> int:
+    return sum(1 for target in _fds(pid).values() if target.startswith("socket:"))
 
 
 def _metrics_daemons(stream: LocalStream) -> list[str]:
@@ -253,8 +262,8 @@ def _counted(stream: LocalStream, daemon: str, metric: str, least: float) -> Cal
     return lambda: _metric(stream, daemon, metric) >= least
 
 
-def _fds_at_most(pid: int, most: int) -> Callable[[], bool]:
-    return lambda: _fds(pid) <= most
+def _sockets_at_most(pid: int, most: int) -> Callable[[], bool]:
+    return lambda: _sockets(pid) <= most
 
 
 def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stream) -> None:  # type: ignore[no-untyped-def]
@@ -267,6 +276,7 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
     daemons = {"sequencer": stream.node_daemon(NODE)}
     pids = {role: d.proc.pid for role, d in daemons.items() if d.proc is not None}
     before_fds = {role: _fds(pid) for role, pid in pids.items()}
+    before_sockets = {role: _sockets(pid) for role, pid in pids.items()}
     before_rss = {role: _rss(pid) for role, pid in pids.items()}
     metrics_daemons = _metrics_daemons(stream)
     before_http = {d: _metric(stream, d, "rt_metrics_http_rejected") for d in metrics_daemons}
@@ -320,12 +330,17 @@ def test_bad_input_at_every_port_is_refused_counted_and_holds_nothing(local_stre
             20,
             f"the refusals at {daemon}'s metrics port to be counted",
         )
-    for role, pid in pids.items():  # and holds no descriptor once the connections are gone
-        wait_until(
-            _fds_at_most(pid, before_fds[role] + FD_SLACK),
-            20,
-            f"{role}'s descriptors to come back to {before_fds[role]}",
-        )
+    for role, pid in pids.items():  # and holds no connection once the connections are gone
+        try:  # (files it opens meanwhile are its own work: the feed rolls its inputs)
+            wait_until(
+                _sockets_at_most(pid, before_sockets[role] + FD_SLACK),
+                20,
+                f"{role}'s sockets to come back to {before_sockets[role]}",
+            )
+        except TimeoutError as exc:
+            now = _fds(pid)
+            new = sorted(target for fd, target in now.items() if before_fds[role].get(fd) != target)
+            raise AssertionError(f"{exc}; descriptors new since: {new}") from None
     grown = {role: _rss(pid) - before_rss[role] for role, pid in pids.items()}
     assert all(growth < RSS_SLACK for growth in grown.values()), grown
     logs = stream.logs(tail_chars=400_000)

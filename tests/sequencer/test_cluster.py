@@ -16,6 +16,7 @@ import pytest
 from rt_appliance.log.segments import list_files
 from rt_lab.testing.checkers import compare_logs, log_files
 from rt_lab.testing.cluster import wait_until
+from rt_lab.testing.stream import LocalStream
 from tests.sequencer.conftest import SMALL, Feed, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,6 +37,19 @@ def committed_seq(stream, node: str) -> int:  # type: ignore[no-untyped-def]
         if n["name"] == node and n["reachable"]:
             return int(n["committed_seq"])
     return -1
+
+
+def merging_under_load(local_stream, rate: int = 300) -> tuple[LocalStream, str, list[Feed]]:  # type: ignore[no-untyped-def]
+    """A started 3-node stream of :data:`TWO` publishers, each fed ``rate`` msg/s from a
+    thread; returns it, its leader and the feeds once that leader has merged."""
+    stream: LocalStream = local_stream(nodes=3, publishers=TWO, extra=SMALL).start()
+    leader = stream.wait_leader()
+    feeds = [
+        Feed(stream, "pub-1", "trades").start(rate),
+        Feed(stream, "pub-2", "quotes").start(rate),
+    ]
+    wait_until(lambda: committed_seq(stream, leader) > 5, 30, "merging under load")
+    return stream, leader, feeds
 
 
 @pytest.mark.parametrize("nodes", [3, 5])
@@ -72,13 +86,20 @@ def test_leader_killed_under_load(local_stream) -> None:  # type: ignore[no-unty
     check_stream(stream, feeds)
 
 
-def test_full_cluster_restart_continues_the_same_log(local_stream) -> None:  # type: ignore[no-untyped-def]
+def two_feeds_merged(local_stream, last: int):  # type: ignore[no-untyped-def]
+    """A 3-node stream with two publishers, ids 1..``last`` published by each and merged
+    on every node; returns the stream and its feeds."""
     stream = local_stream(nodes=3, publishers=TWO, extra=SMALL).start()
     stream.wait_leader()
     feeds = [Feed(stream, "pub-1", "trades"), Feed(stream, "pub-2", "quotes")]
     for f in feeds:
-        f.publish(1, 5000)
+        f.publish(1, last)
     check_stream(stream, feeds)
+    return stream, feeds
+
+
+def test_full_cluster_restart_continues_the_same_log(local_stream) -> None:  # type: ignore[no-untyped-def]
+    stream, feeds = two_feeds_merged(local_stream, 5000)
     first = {p.name: p.read_bytes() for p in stream.merged_dir("rt-1").glob("log.*")}
     term_before = max(n["term"] for n in stream.quick_status()["nodes"] if n["reachable"])
     for node in stream.node_names:

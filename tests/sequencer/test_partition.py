@@ -3,8 +3,10 @@ healing every merged log is identical. Each node is its own network namespace.""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,8 +14,9 @@ import pytest
 
 from rt_appliance.config import load_config
 from rt_appliance.log.segments import list_files
+from rt_appliance.nodestatus import NodeStatus, gather_status
 from rt_lab.testing.checkers import assert_clean, check_merged
-from rt_lab.testing.cluster import Daemon, write_local_config
+from rt_lab.testing.cluster import Daemon, wait_until, write_local_config
 from rt_lab.testing.netns import NetnsHost, enable_forwarding, restore_forwarding
 from tests.sequencer.conftest import SMALL
 
@@ -90,6 +93,60 @@ def test_minority_partition_then_heal(tmp_path: Path, namespaces: list[NetnsHost
         namespaces[0].heal()
         report = check_merged(merged, {("trades", "pub-1"): ids}, timeout_s=90)
         assert_clean(report, "\n".join(d.log()[-3000:] for d in daemons))
+    finally:
+        for d in daemons:
+            d.stop()
+
+
+def test_a_follower_cut_off_and_back_leaves_the_leader_in_place(
+    tmp_path: Path, namespaces: list[NetnsHost]
+) -> None:
+    """A follower cut off for several election timeouts asks before it stands (pre-vote):
+    nobody it can reach would vote for it, so its term stays, and once back it follows
+    the leader it left instead of making it step down (raft's term rule)."""
+    nodes = [{"name": f"rt-{i}", "host": ns.address} for i, ns in enumerate(namespaces, 1)]
+    path = write_local_config(tmp_path, publishers={"pub-1": ["trades"]}, extra={"nodes": nodes})
+    config = load_config(path)
+    names = [n.name for n in config.nodes]
+
+    def terms() -> dict[str, tuple[str | None, int]]:
+        answers = asyncio.run(gather_status(config, names[0], 5.0, names))
+        return {k: (a.leader, a.term) for k, a in answers.items() if isinstance(a, NodeStatus)}
+
+    logs = tmp_path / "logs"
+    daemons = []
+    try:
+        for ns, node in zip(namespaces, config.nodes, strict=True):
+            args = ["node", "--config", str(path), "--node", node.name]
+            daemons.append(Daemon(f"sequencer-{node.name}", args, logs, ns.prefix).start())
+        seen: list[dict[str, tuple[str | None, int]]] = []
+
+        def agreed() -> bool:
+            now = terms()
+            seen[:] = [now]
+            return len(now) == 3 and len(set(now.values())) == 1 and now[names[0]][0] is not None
+
+        wait_until(agreed, 60, "three nodes agreeing on a leader")
+        ((leader, term),) = set(seen[0].values())
+        assert leader is not None
+        follower = next(n for n in names if n != leader)
+        cut = namespaces[names.index(follower)]
+
+        cut.cut()
+        time.sleep(4.0)  # several election timeouts and the peers' 3 s timeout, cut off
+        cut.heal()
+
+        def back() -> bool:
+            now = terms()
+            seen[:] = [now]
+            return len(now) == 3 and now[follower][0] is not None
+
+        wait_until(back, 30, f"{follower} following a leader again")
+        watch_until = time.monotonic() + 2.0  # two election timeouts: a needless one shows
+        while time.monotonic() < watch_until:
+            after = terms()
+            every_log = "\n".join(d.log()[-3000:] for d in daemons)
+            assert after == {n: (leader, term) for n in names}, (after, every_log)
     finally:
         for d in daemons:
             d.stop()

@@ -58,3 +58,12 @@ def test_other_errors_are_not() -> None:
     assert not is_write_failure(FileNotFoundError(errno.ENOENT, "gone"))
     assert not is_write_failure(LogError("merged record at 5 does not follow 4"))
     assert not is_write_failure(CorruptLogError("log.1.0", 12, "bad CRC"))
+
+
+def test_each_failure_is_told_at_once_so_a_leader_need_not_wait_to_step_down() -> None:
+    told: list[str | None] = []
+    fitness = Fitness()
+    fitness.on_failure = lambda: told.append(str(fitness.unfit()))
+    fitness.failed("raft_journal", "no space left")
+    fitness.failed("input", "EIO")
+    assert told == ["cannot write its raft journal: no space left", "cannot write its input: EIO"]

@@ -11,9 +11,9 @@ import pytest
 import uvloop
 
 from rt_appliance.config import StreamConfig, load_config
-from rt_appliance.errors import TransportError
+from rt_appliance.errors import PeerRejectedError, TransportError
 from rt_appliance.transport.listen import listen_tls
-from rt_appliance.transport.tls import client_context, peer_name, server_context
+from rt_appliance.transport.tls import client_context, common_name, peer_name, server_context
 from rt_lab.testing.cluster import write_local_config
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
@@ -93,3 +93,23 @@ def test_an_address_that_cannot_be_bound_is_a_clear_error() -> None:
 
     with pytest.raises(TransportError, match=r"cannot listen on 192\.0\.2\.1:0"):
         asyncio.run(bind())
+
+
+@pytest.mark.parametrize(
+    ("subject", "outcome"),
+    [
+        (((("organizationName", "rt"),), (("commonName", "rt-2"),)), "rt-2"),
+        (((("organizationName", "rt"),),), "0 common names"),
+        (((("commonName", "rt-1"),), (("commonName", "rt-2"),)), "2 common names"),
+    ],
+)
+def test_a_peer_is_named_by_the_one_common_name_of_its_verified_certificate(
+    subject: tuple[tuple[tuple[str, str], ...], ...], outcome: str
+) -> None:
+    """What ``ssl`` decoded of the peer's certificate (``getpeercert()``) names it."""
+    cert = {"subject": subject, "issuer": ((("commonName", "rt CA"),),)}
+    if outcome.startswith("rt-"):
+        assert common_name(cert) == outcome
+    else:
+        with pytest.raises(PeerRejectedError, match=outcome):
+            common_name(cert)

@@ -48,6 +48,9 @@ def test_from_dict_reads_every_field_and_keeps_the_answer() -> None:
     assert status.inputs == {"trades.pub-1": InputStatus(900, 900, 0)}
     assert status.disk_used_percent == 25.0 and status.halted is None
     assert status.raw is raw and status.is_leader and status.all_merged and status.gaps == []
+    assert status.not_voting is None  # an older release sends no such field
+    joining = NodeStatus.from_dict(_answer("rt-2", "follower", "rt-1", not_voting="joining"))
+    assert joining.not_voting == "joining"
 
 
 def test_missing_numbers_are_zero_and_the_asked_name_is_used() -> None:

@@ -78,3 +78,54 @@ def test_a_report_does_not_wait_for_a_step_reading_input(tmp_path: Path) -> None
         step.join(5)
     assert took < 1.0, f"a report waited {took:.1f} s for the planning step"
     assert planner.reports()["rt-3"] == {DIR: HELD}
+
+
+class _Input:
+    """An input this node holds none of (its push server is down)."""
+
+    def first_record(self) -> Position:
+        return Position.of(1, 0, 64)
+
+    def read(self, start: Position, end: Position, limit: int) -> None:
+        return None
+
+
+class _Leader(_Raft):
+    def __init__(self) -> None:
+        self.current = 1
+
+    def term(self) -> int:
+        return self.current
+
+
+def test_a_leader_lacking_input_a_majority_holds_is_told_so_after_a_while(tmp_path: Path) -> None:
+    """The planner says so (``behind``) once this leader has lacked input bytes a majority
+    holds for ``max(LEADER_INPUT_BEHIND_S, fetch_after_ms)``, counted afresh in each term."""
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+    told: list[str] = []
+
+    class _Empty(_Inputs):
+        def extents(self) -> dict[str, int]:
+            return {DIR: 0}
+
+    raft = _Leader()
+    planner = Planner(
+        config,
+        "rt-1",
+        machine,
+        _Empty(_Input()),
+        raft,
+        lambda: None,
+        told.append,  # type: ignore[arg-type]
+    )
+    for peer in ("rt-2", "rt-3"):
+        planner.report(peer, {DIR: HELD})
+    planner.step()
+    assert told == []  # just found behind: its push may still land
+    planner._behind_since[DIR] -= planner._behind_after_s  # as long ago as the bound
+    planner.step()
+    assert len(told) == 1 and told[0].startswith(f"{DIR}: this node holds up to")
+    raft.current = 2  # a new leadership starts the count again
+    planner.step()
+    assert len(told) == 1

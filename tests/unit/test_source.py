@@ -61,3 +61,19 @@ def test_corruption_before_valid_records_is_an_error_either_way(tmp_path: Path) 
     for shared in (None, {}):
         with pytest.raises(CorruptLogError, match="a valid record follows"):
             chunks(DirectorySource(directory, Position.ZERO, 1 << 20, shared))
+
+
+def test_a_file_cut_below_what_was_sent_is_an_error_not_a_skip(tmp_path: Path) -> None:
+    """A source that has sent a file up to its end, when the file is then cut (damage on
+    the serving node) and a later file exists, must not move on to the later file: the
+    cut part would never be sent. It raises, and the receiver goes to another node."""
+    directory = fill(tmp_path, messages=3000, roll_bytes=64 << 10)
+    files = sorted(directory.glob("log.*"), key=lambda p: int(p.name.split(".")[-1]))
+    first = files[0]
+    source = DirectorySource(directory, Position.ZERO, 1 << 20)
+    sent = source.read()
+    assert sent is not None and sent.next_position.offset == first.stat().st_size
+    with open(first, "r+b") as f:
+        f.truncate(first.stat().st_size // 2)
+    with pytest.raises(CorruptLogError, match="shorter than offset"):
+        source.read()

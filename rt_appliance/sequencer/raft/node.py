@@ -61,11 +61,14 @@ from rt_appliance.limits import (
     RAFT_TICK_S,
     RAFT_TIMER_SLACK_S,
     STEP_DOWN_FORCE_S,
+    STEP_DOWN_RETRY_S,
 )
 from rt_appliance.sequencer.raft import patches
 from rt_appliance.sequencer.raft.codec import UNDECODABLE
 from rt_appliance.sequencer.raft.compaction import CompactionPolicy
+from rt_appliance.sequencer.raft.joining import Joining, no_raft_state
 from rt_appliance.sequencer.raft.link import Link, address
+from rt_appliance.sequencer.raft.prevote import PreVote
 from rt_appliance.sequencer.raft.transport import TlsTransport
 
 __all__ = ["RaftNode", "RaftStatus", "StateMachine"]
@@ -139,6 +142,7 @@ class RaftNode:
             return made[0]
 
         self.snapshot_problem = ""  # set if the snapshot on disk cannot be read
+        empty = no_raft_state(state_dir)  # before pysyncobj writes its first entry
         self._obj = _Replicated(
             machine,
             link,
@@ -148,6 +152,15 @@ class RaftNode:
             transportClass=transport,
         )
         self._transport = made[0]
+        seq = config.sequencer
+        self.prevote = PreVote(
+            self._obj,
+            window_s=(seq.raft_min_timeout_ms - seq.append_entries_period_ms) / 1000,
+            timeout_s=(seq.raft_min_timeout_ms / 1000, seq.raft_max_timeout_ms / 1000),
+        )
+        self.joining = Joining(self._obj, state_dir, len(config.nodes), empty, link.name_of)
+        self.prevote.may_vote = lambda: self.joining.may_vote
+        self._transport.intercept = self._intercept
         patches.check("SyncObj", self._obj)
         patches.check("Transport", self._transport)
         journal_file = self._link.journal()
@@ -166,8 +179,8 @@ class RaftNode:
         self._next_failure_log = 0.0
         self._unfit: str | None = None  # why this node should not lead now
         self._stepping_since: float | None = None  # when this leader began to step down
+        self._next_transfer_at = 0.0  # the next hand-over request while stepping down
         self.stepped_down = 0  # leaderships given up for being unfit
-        seq = config.sequencer
         self._compaction = CompactionPolicy.for_node(
             seq.compaction_min_entries, seq.compaction_min_s, name, [n.name for n in config.nodes]
         )
@@ -176,6 +189,9 @@ class RaftNode:
         self._replay: tuple[float, int] | None = None  # (since, entries) while replaying
         self._settled_term = -1  # the term in which this node last settled as leader
         self.on_settled: Callable[[], None] | None = None  # called once leading is settled
+        # called (on the loop) when the leader this node knows changes, or its role does
+        self.on_leader_change: Callable[[], None] | None = None
+        self._leader_known: tuple[str | None, bool] = (None, False)
 
     async def wait_listening(self) -> None:
         """Return once raft's port accepts connections."""
@@ -188,10 +204,9 @@ class RaftNode:
         before it runs."""
         self._loop = asyncio.get_running_loop()
         self._link.kick = self._kick
-        # pysyncobj's first timeout ran from its construction, so a restarted follower
-        # stood at its first connection, before it heard the leader's heartbeat, and its
-        # higher term unseated a healthy leader: the timeout runs from now instead
-        self._restart_election_timer()
+        # pysyncobj's first timeout ran from its construction, long before raft ran; it
+        # runs from now instead, and is short (pre-vote keeps a leader that is there)
+        self._first_election_timer()
         self._transport.dial()
         try:
             self._tick()  # also arms the timer tick; pysyncobj loads its snapshot in it
@@ -231,13 +246,22 @@ class RaftNode:
             self._tick_pending = True
             self._loop.call_soon(self._tick)
 
+    def _intercept(self, node: Node, message: dict[str, Any]) -> bool:
+        """Raft's messages before pysyncobj sees them: True for one handled here."""
+        return self.joining.receive(node, message) or self.prevote.receive(node, message)
+
     def _tick(self) -> None:
         self._tick_pending = False
         try:
-            if self._unfit is not None and not self._obj._isLeader():
+            held = self._unfit is not None or not self.joining.may_stand
+            if held and not self._obj._isLeader():
                 self._hold_candidacy()
+            elif self._replay is None:
+                self.prevote.before_tick(time.monotonic())  # may hold an election due now
             self._compact_if_due()
             self._tick_a_batch()
+            self.joining.after_tick()
+            self._step_down(time.monotonic())  # while stepping down: ask again, or leave
             if trace.enabled():
                 commit = self._obj._SyncObj__raftCommitIndex
                 if commit != self._commit_seen:
@@ -278,6 +302,11 @@ class RaftNode:
                 self._settled_term = obj.raftCurrentTerm
                 if self.on_settled is not None:
                     self.on_settled()  # the planner may start
+            known = (self.leader(), bool(obj._isLeader()))
+            if known != self._leader_known:
+                self._leader_known = known
+                if self.on_leader_change is not None:
+                    self.on_leader_change()
         finally:
             if held:
                 self._release_commit(limit, commit)
@@ -285,8 +314,8 @@ class RaftNode:
             elif self._replay is not None:
                 since, entries = self._replay
                 self._replay = None
-                if not obj._isLeader():  # stands like any follower, a timeout from now
-                    self._restart_election_timer()
+                if not obj._isLeader() and obj._getLeader() is None:
+                    self._first_election_timer()
                 log.info(
                     "raft: applied %d entries in %.2f s; caught up",
                     entries,
@@ -329,10 +358,11 @@ class RaftNode:
     def set_unfit(self, reason: str | None) -> None:
         """Whether this node should lead (``None``) or not, and why (on the loop's thread).
 
-        Unfit and leading: hand leadership over now (and again at each call until it is
-        gone), or give it up without a hand-over once ``STEP_DOWN_FORCE_S`` passed with
-        no follower caught up. Unfit: stand for no election. Fit: as raft would. A node
-        with no peers leads whatever its state: nobody could lead in its place."""
+        Unfit and leading: hand leadership over now (and again every
+        ``STEP_DOWN_RETRY_S``, from raft's own ticks, until it is gone), or give it up
+        without a hand-over once ``STEP_DOWN_FORCE_S`` passed with no follower caught up.
+        Unfit: stand for no election. Fit: as raft would. A node with no peers leads
+        whatever its state: nobody could lead in its place."""
         if len(self.config.nodes) == 1:
             reason = None
         if reason is not None and self._unfit is None:
@@ -349,25 +379,47 @@ class RaftNode:
             self._stepping_since = now
             self.stepped_down += 1
             log.warning("raft: stepping down as leader (term %d): %s", self.term(), reason)
-        if now - self._stepping_since < STEP_DOWN_FORCE_S:
-            obj.transferLeadership(None, _transfer_answer)
+        self._step_down(now)
+        self._kick()
+
+    def _step_down(self, now: float) -> None:
+        """Ask again for the hand-over (a follower may have caught up since), at most
+        every ``STEP_DOWN_RETRY_S``; give leadership up once ``STEP_DOWN_FORCE_S`` passed.
+        Called by :meth:`set_unfit` and by every tick while a leader steps down."""
+        obj = self._obj
+        since = self._stepping_since
+        if since is None or not obj._isLeader():
+            return
+        if now - since < STEP_DOWN_FORCE_S:
+            if now >= self._next_transfer_at:
+                self._next_transfer_at = now + STEP_DOWN_RETRY_S
+                obj.transferLeadership(None, _transfer_answer)
         else:
             log.warning("raft: no follower caught up to hand leadership to; leaving it")
             obj._SyncObj__raftState = _RAFT_STATE.FOLLOWER  # as pysyncobj's own fallback
             obj._SyncObj__raftLeader = None
             self._hold_candidacy()
-        self._kick()
 
     @property
     def unfit(self) -> str | None:
         """Why this node does not lead now, or None."""
         return self._unfit
 
-    def _restart_election_timer(self) -> None:
-        """A whole random election timeout from now, in raft's own range."""
+    def _first_election_timer(self) -> None:
+        """The election deadline of a node that has just started (or replayed its
+        journal): a short one, staggered by the node's place in the stream, instead of
+        a whole random timeout.
+
+        After every node restarted (a power loss) nobody leads, and waiting out raft's
+        timeout would only delay the first election. Pre-vote makes asking early safe:
+        if a leader is there, the peers hear from it and say no, and this node waits for
+        its heartbeat. The stagger (a quarter of ``raft_min_timeout_ms`` per place, plus
+        a little jitter) lets one node ask first, so that the votes do not split."""
         seq = self.config.sequencer
-        timeout = random.uniform(seq.raft_min_timeout_ms, seq.raft_max_timeout_ms) / 1000
-        self._obj._SyncObj__raftElectionDeadline = time.monotonic() + timeout
+        step = seq.raft_min_timeout_ms / 4000
+        place = sorted(n.name for n in self.config.nodes).index(self.name)
+        delay = step * place + random.uniform(0, step / 2)
+        self._obj._SyncObj__raftElectionDeadline = time.monotonic() + delay
 
     def _hold_candidacy(self) -> None:
         """Keep this follower's election deadline a whole timeout ahead: it stands for no
@@ -446,6 +498,14 @@ class RaftNode:
 
     def is_leader(self) -> bool:
         return bool(self._obj._isLeader())
+
+    def peer_versions(self) -> dict[str, dict[str, Any]]:
+        """What each peer that connected said it runs: its raft protocol and release
+        (None: a release before versions)."""
+        return {
+            name: {"raft_protocol": protocol, "software": software}
+            for name, (protocol, software) in sorted(self._transport.peer_versions.items())
+        }
 
     def leading_settled(self) -> bool:
         """Leading, with an entry of this term applied here. Raft commits the entries of

@@ -105,6 +105,7 @@ class Peer:
                 raise PeerRejectedError(
                     f"{self.address} presented {name!r}, expected {self.name!r}"
                 )
+            writer.write(self.transport.hello)  # before any raft message on it
         except BaseException:
             writer.transport.abort()
             raise

@@ -6,6 +6,12 @@ name in its verified certificate (never by what it says), and only the stream's 
 are accepted. Frames are a 4-byte length and a body, at most ``limits.MAX_RAFT_FRAME`` bytes,
 decoded by :func:`.codec.restricted_loads`. No message leaves before the journal sync
 that covers everything written before it has completed (:mod:`.journal`).
+
+Each connection opens with a hello frame, ``{"type": "rt_hello", "protocol", "software"}``
+(:mod:`rt_appliance.versions`); a peer whose raft protocol this release cannot speak is
+refused (counted as ``version``, logged with both releases). A node of a release from
+before the hello sends none: its first frame is a raft message, and it is taken as
+protocol 0.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import pickle
 import ssl
 import struct
 import time
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -38,12 +45,14 @@ from rt_appliance.sequencer.raft.link import Link
 from rt_appliance.sequencer.raft.peer import Peer
 from rt_appliance.transport.listen import Listener, listen_tls, set_keepalive
 from rt_appliance.transport.tls import client_context, peer_name, server_context
+from rt_appliance.versions import RAFT_PROTOCOL, SOFTWARE, refusal, speaks
 
 __all__ = ["TlsTransport"]
 
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct("<I")
+HELLO = "rt_hello"  # the first frame on every raft connection
 
 
 class TlsTransport(Transport):  # type: ignore[misc]
@@ -67,6 +76,11 @@ class TlsTransport(Transport):  # type: ignore[misc]
         # messages waiting for a journal sync: (peer, frame, journal generation before it)
         self._held: collections.deque[tuple[Peer, bytes, int]] = collections.deque()
         self._syncing = False
+        # sees each peer's message first; True: it was handled (pre-vote, :mod:`.prevote`)
+        self.intercept: Callable[[Node, dict[str, Any]], bool] | None = None
+        self.hello = _frame({"type": HELLO, "protocol": RAFT_PROTOCOL, "software": SOFTWARE})
+        # what each peer said it runs: (raft protocol, release or None before the hello)
+        self.peer_versions: dict[str, tuple[int, str | None]] = {}
         for node in other_nodes:
             self.addNode(node)
 
@@ -222,6 +236,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 last = int(message["prevLogIdx"]) + 1  # the pieces make one entry
             if isinstance(message.get("commit_index"), int) and message["commit_index"] > last:
                 message = {**message, "commit_index": last}
+        if self.intercept is not None and self.intercept(node, message):
+            return
         self._onMessageReceived(node, message)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -252,6 +268,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             writer.transport.abort()
 
     async def _read_frames(self, reader: asyncio.StreamReader, node: Node, name: str) -> None:
+        first = True
         while not self._closing:
             (size,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
             if size > MAX_RAFT_FRAME:
@@ -266,6 +283,12 @@ class TlsTransport(Transport):  # type: ignore[misc]
             if not isinstance(message, dict):
                 self.link.refused("frame", f"{name}: frame is not a raft message")
                 return
+            if first:
+                first = False
+                if not self._versions_agree(name, message):
+                    return
+                if message.get("type") == HELLO:
+                    continue
             peer = self._peers.get(node)
             if peer is not None and message.get("type") == "next_node_idx":
                 peer.answered(bool(message.get("success")))
@@ -276,6 +299,27 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 self.link.refused("frame", f"{name}: unhandled message: {exc!r}")
                 return
             self.link.kick()
+
+    def _versions_agree(self, name: str, first: dict[str, Any]) -> bool:
+        """Whether the peer's first frame (its hello, or a raft message from a release
+        before it) names a raft protocol this release speaks; refuse it if not."""
+        if first.get("type") == HELLO:
+            protocol, software = first.get("protocol"), first.get("software")
+        else:
+            protocol, software = 0, None
+        if not speaks("raft", protocol) or not isinstance(protocol, int):
+            self.link.refused("version", refusal("raft", name, protocol, software))
+            return False
+        seen = (protocol, str(software) if software is not None else None)
+        if self.peer_versions.get(name) != seen:
+            log.info(
+                "raft: %s runs %s (raft protocol %d)",
+                name,
+                f"release {seen[1]}" if seen[1] else "a release before versions",
+                seen[0],
+            )
+        self.peer_versions[name] = seen
+        return True
 
 
 def _frame(message: dict[str, Any]) -> bytes:

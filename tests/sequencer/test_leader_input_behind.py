@@ -1,0 +1,51 @@
+"""A leader whose own copy of an input lacks what a majority holds hands over.
+
+The leader plans merges from its own copy of the inputs. Here the publishers cannot
+reach the leader's push port (their configuration names an address where nothing
+listens for it), so only the followers receive the input: the leader is unfit to lead
+after ``LEADER_INPUT_BEHIND_S``, hands its leadership to a follower, merging goes on,
+and the old leader builds the merged records from its peers' input bytes, so every
+node ends with the same merged log.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from rt_lab.testing.cluster import wait_until
+from tests.sequencer.conftest import SMALL, Feed, check_stream
+from tests.sequencer.test_cluster import TWO, committed_seq
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+NOWHERE = "127.0.0.99"  # a loopback address nothing listens on
+
+
+def test_a_leader_without_its_own_copy_of_the_input_hands_over(local_stream) -> None:  # type: ignore[no-untyped-def]
+    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL)
+    stream.start(push_clients=False)
+    old = stream.wait_leader()
+    nodes = [
+        {"name": n.name, "host": NOWHERE if n.name == old else n.host} for n in stream.config.nodes
+    ]
+    for pub in stream.config.publishers:  # the publishers reach every node but the leader
+        stream.set_view(pub.name, nodes)
+        stream.publisher_daemon(pub.name).start()
+    feeds = [Feed(stream, "pub-1", "trades").start(300), Feed(stream, "pub-2", "quotes").start(300)]
+
+    new = stream.wait_leader(30.0, not_in=[old])
+    before = committed_seq(stream, new)
+    wait_until(lambda: committed_seq(stream, new) > before + 5, 30, "merging to go on")
+    log_text = (stream.log_dir / f"sequencer-{old}.log").read_text()
+    assert "stepping down as leader" in log_text, stream.logs()
+    assert "its own copy of an input is behind a majority's" in log_text
+    node = stream.config.node(old)
+    url = f"http://{node.host}:{stream.config.ports.sequencer_metrics}/metrics"
+    metrics = urllib.request.urlopen(url, timeout=10).read().decode()
+    assert 'rt_sequencer_stepped_down_total{cause="input_behind"} 1.0' in metrics, metrics
+
+    for f in feeds:
+        f.stop()
+    check_stream(stream, feeds)  # the old leader too: built from its peers' input

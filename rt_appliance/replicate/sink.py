@@ -66,32 +66,60 @@ class ReplicaDir:
         self._partial: _Partial | None = None  # a record arriving in pieces
         self.repaired: CorruptLogError | None = None  # damage cut from the last file on open
         try:
-            try:
-                self.recovery = recover_last_file(directory)
-            except CorruptLogError as exc:
-                try:
-                    _cut_damage(directory, exc)
-                except OSError as keep_failed:  # never cut without keeping: refuse instead
-                    raise CorruptLogError(
-                        exc.path, exc.offset, f"{exc.reason}; not repaired: {keep_failed}"
-                    ) from exc
-                self.repaired = exc
-                self.recovery = recover_last_file(directory)
-            files = list_files(directory)
-            if files:
-                last = files[-1]
-                valid = verify_file(last.path).valid_bytes
-                self.end = Position.of(last.session, last.roll, valid)
-                self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-                self._path = last.path
-                if fsync:  # what a crashed writer left may be in the page cache only
-                    os.fdatasync(self._fd)
-            else:
-                self.end = Position.ZERO
-            self.synced = self.end  # the end the last successful sync covered
+            self._open_last()
         except BaseException:
             self._lock.release()
             raise
+
+    def _open_last(self) -> None:
+        """Recover the last file (cut a torn tail, cut and keep damage), open it for
+        appending and set :attr:`end` to its valid end."""
+        try:
+            self.recovery = recover_last_file(self.directory)
+        except CorruptLogError as exc:
+            try:
+                _cut_damage(self.directory, exc)
+            except OSError as keep_failed:  # never cut without keeping: refuse instead
+                raise CorruptLogError(
+                    exc.path, exc.offset, f"{exc.reason}; not repaired: {keep_failed}"
+                ) from exc
+            self.repaired = exc
+            self.recovery = recover_last_file(self.directory)
+        files = list_files(self.directory)
+        if files:
+            last = files[-1]
+            valid = verify_file(last.path).valid_bytes
+            self.end = Position.of(last.session, last.roll, valid)
+            self._fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self._path = last.path
+            if self.fsync:  # what a crashed writer left may be in the page cache only
+                os.fdatasync(self._fd)
+        else:
+            self.end = Position.ZERO
+        self.synced = self.end  # the end the last successful sync covered
+
+    def _check_unchanged(self) -> None:
+        """Raise :class:`CorruptLogError` if the last file's size is not what this copy
+        wrote: something else cut or wrote it (a truncation, a restore from backup).
+        Appending would then put records at other offsets than the sender's, and every
+        reader of the copy would find the wrong bytes at the right positions. The copy is
+        recovered again as on open, and the sender resends from its new end."""
+        if self._fd < 0:
+            return
+        expected = self.end.offset + (0 if self._partial is None else self._partial.written)
+        size = os.fstat(self._fd).st_size
+        if size == expected:
+            return
+        os.close(self._fd)
+        self._fd, self._partial = -1, None
+        self._open_last()
+        raise CorruptLogError(
+            str(self._path),
+            min(size, expected),
+            f"the copy's last file is {size} bytes but {expected} were written to it: "
+            f"changed by something else; recovered again, it ends at {self.end!r} and "
+            "the sender resends from there",
+        )
 
     def append(
         self, position: Position, data: bytes | memoryview, sync: bool | None = None
@@ -101,6 +129,7 @@ class ReplicaDir:
         ``sync`` (default: the replica's policy) makes it durable before returning;
         a caller that groups syncs passes False and calls :meth:`sync_handle` later.
         """
+        self._check_unchanged()
         if self._partial is not None:
             if position == self.end.with_offset(self.end.offset + self._partial.written):
                 return self._continue(data)  # not copied: a piece is written as it came

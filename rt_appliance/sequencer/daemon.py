@@ -127,6 +127,13 @@ class _Metrics:
         self.fetched = _Total(
             Counter("rt_sequencer_fetched_inputs", "Merges built from peers' input", registry=r)
         )
+        self.repaired_inputs = _Total(
+            Counter(
+                "rt_sequencer_repaired_inputs",
+                "Damaged ranges of this node's inputs rewritten from a peer's bytes",
+                registry=r,
+            )
+        )
         self.copied = _Total(
             Counter("rt_sequencer_copied_records", "Merged records copied from peers", registry=r)
         )
@@ -499,6 +506,7 @@ class Sequencer:
             m.rejected.follow(self.machine.state.rejected)
             m.halted.set(1 if self.merger.halted else 0)
             m.fetched.follow(self.merger.fetched_inputs)
+            m.repaired_inputs.follow(self.merger.repaired_inputs)
             m.copied.follow(self.merger.copied_records)
             m.scrub_damaged.follow(self.merger.scrubber.damaged)
             m.scrub_repaired.follow(self.merger.scrubber.repaired)
@@ -654,6 +662,7 @@ class Sequencer:
             "apply_errors": self.raft.apply_errors,
             "mismatches": self.merger.mismatches,
             "fetched_inputs": self.merger.fetched_inputs,
+            "repaired_inputs": self.merger.repaired_inputs,
             "copied_records": self.merger.copied_records,
             "scrub": {
                 "checked_files": self.merger.scrubber.checked_files,

@@ -276,6 +276,29 @@ class InputDir:
             os.close(fd)
         return data if len(data) == end.offset - start.offset else None
 
+    def rewrite(self, start: Position, data: bytes) -> bool:
+        """Write ``data`` (a peer's bytes, checked against a commit) over this copy's
+        bytes at ``start``, in place, and sync: repairs damage (a flipped bit, a zeroed
+        block) so the next reader finds the right bytes here. Only bytes the copy already
+        holds are rewritten; never past the file's end, which the push server appends
+        to. Returns whether it wrote."""
+        path = self.path / f"log.{start.session}.{start.roll}"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            if os.fstat(fd).st_size < start.offset + len(data):
+                return False
+            written = os.pwrite(fd, data, start.offset)
+            if written != len(data):
+                return False
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        self._walked = None  # walked again from its header: the repair may extend the end
+        return True
+
 
 class Inputs:
     """Every input directory of this node's ``in/``."""

@@ -120,6 +120,7 @@ class Merger:
         self.halted = ""  # why merging is stuck, "" when it is not
         self.failure: BaseException | None = None  # what stopped the thread, if anything did
         self.fetched_inputs = 0
+        self.repaired_inputs = 0  # ranges of this node's inputs rewritten from a peer's bytes
         self.copied_records = 0
         # input -> its newest file (key, size) when waiting for the push server last ran
         # out: while it is unchanged the push server is stalled and nobody waits again
@@ -281,6 +282,8 @@ class Merger:
             record = _rebuild(ins, data, watermark_before)
             if _matches(record, ins):
                 self.fetched_inputs += 1
+                if source is not None:  # this node's copy holds wrong bytes there
+                    self._repair_input(ins, data, peer)
                 return record
         for peer in self._peers():  # inputs gone everywhere: copy the merged record itself
             pos = Position(ins.position)
@@ -292,6 +295,28 @@ class Merger:
             f"no node has input {ins.dir} {Position(ins.start)}..{Position(ins.end)} "
             "matching the committed merge"
         )
+
+    def _repair_input(self, ins: Merge, data: bytes, peer: str) -> None:
+        """Write ``peer``'s bytes (which built the committed record) over this node's
+        damaged copy of them, so later reads of that input (the next merges, the planner
+        when this node leads) find the right bytes, not a peer round trip each."""
+        try:
+            done = self.inputs.get(ins.dir).rewrite(Position(ins.start), data)
+        except OSError as exc:
+            log.warning(
+                "merger: could not repair in/%s at %s: %s", ins.dir, Position(ins.start), exc
+            )
+            return
+        if done:
+            self.repaired_inputs += 1
+            log.warning(
+                "merger: repaired %d bytes of in/%s at %s with %s's (seq %d)",
+                len(data),
+                ins.dir,
+                Position(ins.start),
+                peer,
+                ins.seq,
+            )
 
     def _local_input(self, ins: Merge) -> bytes | None:
         """The input bytes from this node's ``in/``; waits ``fetch_after_ms`` for them only

@@ -137,3 +137,30 @@ def test_unmerged_bytes_count_whole_records_only(tmp_path: Path) -> None:
     _append(newer, b"".join(more) + bytes(17))  # three records and a torn tail
     assert d.unmerged_bytes(Position.of(1, 0, end)) == sum(map(len, more))
     assert d.unmerged_bytes(Position.of(2, 0, header + len(more[0]))) == 2 * len(more[0])
+
+
+def test_a_damaged_range_is_rewritten_in_place_and_read_whole_again(tmp_path: Path) -> None:
+    records = _records(1, 50)
+    inputs, path, start = _replica(tmp_path, records)
+    good = path.read_bytes()
+    end = len(good)
+    assert inputs.extent() == Position.of(1, 0, end)
+    damaged = bytearray(good)
+    damaged[start + 100] ^= 0x10  # a flipped bit in the third record
+    path.write_bytes(bytes(damaged))
+    first = Position.of(1, 0, start)
+    assert inputs.read_exact(first, Position.of(1, 0, end)) != good[start:]
+
+    assert inputs.rewrite(first, good[start:end])
+    assert path.read_bytes() == good
+    assert inputs.read_exact(first, Position.of(1, 0, end)) == good[start:]
+
+
+def test_a_rewrite_never_writes_past_the_end_of_the_copy(tmp_path: Path) -> None:
+    records = _records(1, 10)
+    inputs, path, start = _replica(tmp_path, records)
+    good = path.read_bytes()
+    more = b"".join(_records(11, 5))
+    assert not inputs.rewrite(Position.of(1, 0, len(good) - 4), good[-4:] + more)
+    assert path.read_bytes() == good  # the push server appends there, not a repair
+    assert not inputs.rewrite(Position.of(1, 1, start), more)  # no such file

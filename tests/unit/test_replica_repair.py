@@ -6,12 +6,14 @@ refused every push afterwards)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from rt_appliance import Publisher
+from rt_appliance.errors import CorruptLogError
 from rt_appliance.log.segments import list_files
 from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.replicate.source import DirectorySource
@@ -69,3 +71,37 @@ def test_an_undamaged_copy_is_left_as_it_is(tmp_path: Path) -> None:
     replica = ReplicaDir(copy_dir)
     assert replica.repaired is None and not (copy_dir / DAMAGED_DIR).exists()
     replica.close()
+
+
+@pytest.mark.parametrize("cut", ["inside a record", "to the header"])
+def test_a_copy_cut_under_it_refuses_the_next_chunk_and_resumes_where_it_now_ends(
+    tmp_path: Path, cut: str
+) -> None:
+    """With O_APPEND, a chunk written after the file was cut would land at the cut, every
+    later record at other offsets than the original's (found by ``rt chaos``: a merger
+    found every later merge of that input wrong and fetched each from a peer)."""
+    original = _publish(tmp_path / "pub", 2000)
+    source_file = list_files(original)[-1].path
+    whole = source_file.read_bytes()
+    replica = ReplicaDir(tmp_path / "copy")
+    source = DirectorySource(original, replica.end, 8 << 10)
+    chunk = source.read()
+    assert chunk is not None
+    replica.append(chunk.position, chunk.data)
+    copied = replica.end
+    last = list_files(tmp_path / "copy")[-1].path
+    at = copied.offset // 2 if cut == "inside a record" else 100
+    os.truncate(last, at)
+
+    nxt = source.read()
+    assert nxt is not None and nxt.position == copied
+    with pytest.raises(CorruptLogError, match="changed by something else"):
+        replica.append(nxt.position, nxt.data)
+    assert replica.end.offset <= at  # recovered: the torn record cut off
+    assert last.stat().st_size == replica.end.offset
+
+    _copy(original, replica)  # the sender resends from the copy's new end
+    replica.close()
+    assert last.read_bytes() == whole
+    got = [m.payload for m in Subscriber(tmp_path / "copy").read()]
+    assert got == [b"message %05d" % i for i in range(2000)]

@@ -230,6 +230,11 @@ SYNC_AFTER_ITEMS = 1024
 INPUT_POLL_S = 0.002
 # How long stopping the sequencer waits for the merger's thread.
 MERGER_STOP_WAIT_S = 10.0
+# A step of stopping a node (raft, the merger, a server) that takes longer is logged.
+SLOW_STOP_STEP_S = 1.0
+# A daemon's task still running this long after it was cancelled is cancelled again;
+# after CANCEL_GRACE_S it is left behind, named in a warning (daemons/tasks.py).
+CANCEL_AGAIN_S, CANCEL_GRACE_S = 0.2, 5.0
 
 # -- Raft ------------------------------------------------------------------------------
 

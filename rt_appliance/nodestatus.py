@@ -190,7 +190,8 @@ class StatusGatherer:
             return Unreachable(name, _why(exc))
         try:
             await conn.send(FrameType.STATUS, {})
-            frame_type, body = await asyncio.wait_for(conn.receive(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                frame_type, body = await conn.receive()
             if frame_type != FrameType.STATE:
                 raise TransportError(f"{name} answered frame type {frame_type} to STATUS")
             answer = NodeStatus.from_dict(decode_control(frame_type, body), name)
@@ -215,7 +216,8 @@ class StatusGatherer:
             STATUS_ROLE,
             name,
         )
-        conn, _peer = await asyncio.wait_for(opening, self.timeout_s)
+        async with asyncio.timeout(self.timeout_s):
+            conn, _peer = await opening
         if self.keep_open:
             self.conns[name] = conn
         self.retry_at.pop(name, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -27,11 +28,16 @@ def run_daemon(
 ) -> None:
     """Run ``main()`` until it returns, or until SIGTERM/SIGINT cancels it (a clean stop:
     ``served.leave()`` first, while everything still runs; a second signal cancels at once).
+    SIGUSR1 writes every thread's stack to stderr; SIGUSR2 logs every task of the loop
+    with where it waits.
 
     Under systemd, READY=1 goes out once ``served.ready`` is set (at once without
     ``served``), and the watchdog and status task runs on this loop until the end.
     """
     notifier = Notifier()
+    # `kill -USR1 PID` writes every thread's stack to stderr (the journal under systemd):
+    # what a daemon that does not stop, or stands still, is waiting on
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     return_freed_buffers()
     trace.start(name.replace(" ", "-"))
 
@@ -50,6 +56,7 @@ def run_daemon(
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(signal.SIGUSR2, _log_tasks)
         install_test_hooks(loop)
         log.info("%s starting", name)
         status = served.status_line if served is not None else (lambda: "running")
@@ -70,6 +77,31 @@ def run_daemon(
 
     with asyncio.Runner(loop_factory=new_loop) as run:
         run.run(runner())
+
+
+def _log_tasks() -> None:
+    """Log every task of the running loop and the line it waits at (SIGUSR2)."""
+    tasks = asyncio.all_tasks()
+    lines = [f"{len(tasks)} task(s) on the loop:"]
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        where = " -> ".join(_awaiting(task.get_coro()))
+        state = " cancelling" if task.cancelling() else ""
+        lines.append(f"  {task.get_name()}{state}: {where or 'not started'}")
+    log.warning("\n".join(lines))
+
+
+def _awaiting(coro: object) -> list[str]:
+    """Where a coroutine waits: its frame, then the frames of what it awaits, innermost
+    last (a generator-based await or a future ends the chain)."""
+    chain: list[str] = []
+    while coro is not None and len(chain) < 30:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        name = frame.f_code.co_filename.rsplit("/", 1)[-1]
+        chain.append(f"{frame.f_code.co_name} ({name}:{frame.f_lineno})")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return chain
 
 
 async def _leave_then_cancel(

@@ -203,9 +203,8 @@ class PullClient:
         try:
             set_keepalive(conn.writer)
             await conn.send(FrameType.METADATA, {})
-            fields = await asyncio.wait_for(
-                conn.receive_control(FrameType.TOPOLOGY), HANDSHAKE_TIMEOUT_S
-            )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                fields = await conn.receive_control(FrameType.TOPOLOGY)
             self._follow_topology(*parse_topology(fields, self.config), node)
             backoff.reset()
             self._failures = 0

@@ -137,7 +137,8 @@ class PushClient:
             if len(self._locks) == len(self.dirs):
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), SENDER_LOCK_RETRY_S)
+                async with asyncio.timeout(SENDER_LOCK_RETRY_S):
+                    await stop.wait()
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Replicate until ``stop`` is set (or, without one, until cancelled).

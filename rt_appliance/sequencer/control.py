@@ -322,7 +322,8 @@ async def query_status(config: StreamConfig, as_host: str, node_name: str) -> di
     )
     try:
         await conn.send(FrameType.STATUS, {})
-        frame_type, body = await asyncio.wait_for(conn.receive(), STATUS_ANSWER_S)
+        async with asyncio.timeout(STATUS_ANSWER_S):
+            frame_type, body = await conn.receive()
         if frame_type != FrameType.STATE:
             raise TransportError(f"{node_name} answered frame type {frame_type} to STATUS")
         return decode_control(frame_type, body)

@@ -33,7 +33,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from rt_appliance import trace, versions
 from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.daemons.runner import serve_metrics
+from rt_appliance.daemons.tasks import cancel_and_wait
 from rt_appliance.errors import RTError
 from rt_appliance.heartbeat import sequencer_file, write_sequencer_file
 from rt_appliance.limits import (
@@ -57,6 +58,7 @@ from rt_appliance.limits import (
     OBSERVE_EVERY_S,
     PLAN_IDLE_S,
     PRUNE_COMMIT_WAIT_S,
+    SLOW_STOP_STEP_S,
 )
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
@@ -337,13 +339,14 @@ class Sequencer:
         try:
             await asyncio.gather(*tasks)
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await control.stop()
+            await cancel_and_wait(tasks)
+            with _stop_step("the control server"):
+                await control.stop()
             self._stop.set()
-            self.raft.destroy()
-            self.merger.stop()
+            with _stop_step("raft"):
+                self.raft.destroy()
+            with _stop_step("the merger"):
+                self.merger.stop()
             self.fetcher.close()
             self.merged.close()
 
@@ -479,7 +482,8 @@ class Sequencer:
             done = asyncio.Event()
             self.raft.propose(Prune(below, reason, wall_ns()).encode(), _setter(done))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), PRUNE_COMMIT_WAIT_S)
+                async with asyncio.timeout(PRUNE_COMMIT_WAIT_S):
+                    await done.wait()
 
     async def _observe_loop(self) -> None:
         path = sequencer_file(self.config, self.config.node(self.name))
@@ -689,3 +693,14 @@ def _setter(event: asyncio.Event) -> Callable[[bool, str], None]:
         loop.call_soon_threadsafe(event.set)
 
     return done
+
+
+@contextlib.contextmanager
+def _stop_step(what: str) -> Iterator[None]:
+    """One step of stopping; one slower than SLOW_STOP_STEP_S is logged, so a stop that
+    outlasts its unit's timeout names the step that held it."""
+    start = time.monotonic()
+    yield
+    took = time.monotonic() - start
+    if took > SLOW_STOP_STEP_S:
+        log.warning("stopping: %s took %.1f s", what, took)

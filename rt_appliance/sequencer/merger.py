@@ -142,10 +142,15 @@ class Merger:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread: a fetch from a peer in flight fails at once (the fetcher is
+        closed), whatever the merger was carrying out is carried out again on restart."""
         self._stop.set()
         with self.machine.cond:
             self.machine.cond.notify_all()
+        self.fetcher.close()
         self._thread.join(timeout=MERGER_STOP_WAIT_S)
+        if self._thread.is_alive():
+            log.warning("merger: its thread did not stop within %.0f s", MERGER_STOP_WAIT_S)
         self.sync()
 
     def sync(self) -> None:
@@ -184,6 +189,9 @@ class Merger:
                 else:
                     self._carry_out(item)
             except Exception as exc:
+                if self._stop.is_set():
+                    log.info("merger: stopped mid-instruction (%s)", exc)
+                    return
                 if not isinstance(exc, (RTError, OSError, ValueError)):
                     log.exception("merger: unexpected error")
                 what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
@@ -363,6 +371,8 @@ class Merger:
         at = start
         try:
             while at < end:
+                if self._stop.is_set():  # stopping: the instruction is carried out on restart
+                    raise RTError("the merger is stopping")
                 got = self.fetcher.fetch(peer, directory, at, end.offset - at.offset)
                 if got.missing or not got.data:
                     return None

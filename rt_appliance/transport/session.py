@@ -92,10 +92,8 @@ class Connection:
     async def error(self, message: str, retryable: bool) -> None:
         """Tell the peer why the connection ends (best effort)."""
         with contextlib.suppress(RTError, TimeoutError):
-            await asyncio.wait_for(
-                self.send(FrameType.ERROR, {"message": message, "retryable": retryable}),
-                ERROR_SEND_WAIT_S,
-            )
+            async with asyncio.timeout(ERROR_SEND_WAIT_S):
+                await self.send(FrameType.ERROR, {"message": message, "retryable": retryable})
 
     def abort(self) -> None:
         """Drop the connection now (a pending receive fails); no goodbye is sent."""
@@ -104,7 +102,8 @@ class Connection:
     async def close(self) -> None:
         self.writer.close()
         with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
-            await asyncio.wait_for(self.writer.wait_closed(), CLOSE_WAIT_S)
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await self.writer.wait_closed()
 
 
 async def accept(
@@ -117,7 +116,8 @@ async def accept(
     """Server side of the handshake; returns the connection and the client's HELLO."""
     name = peer_name(writer.get_extra_info("ssl_object"))
     conn = Connection(reader, writer, name, config.replication.max_frame_bytes)
-    hello = await asyncio.wait_for(conn.receive_control(FrameType.HELLO), HANDSHAKE_TIMEOUT_S)
+    async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+        hello = await conn.receive_control(FrameType.HELLO)
     claimed = require(hello, "host", str)
     role = config.role_of(name)
     problem = None
@@ -155,10 +155,10 @@ async def connect(
 ) -> tuple[Connection, str]:
     """Client side: connect, handshake; returns the connection and the node that answered."""
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context, server_hostname=None),
-            CONNECT_TIMEOUT_S,
-        )
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
+                host, port, ssl=context, server_hostname=None
+            )
     except (OSError, ssl.SSLError, TimeoutError) as exc:
         raise TransportError(f"cannot connect to {host}:{port}: {exc}") from exc
     name = peer_name(writer.get_extra_info("ssl_object"))
@@ -176,9 +176,8 @@ async def connect(
             "software": SOFTWARE,
         }
         await conn.send(FrameType.HELLO, hello)
-        welcome = await asyncio.wait_for(
-            conn.receive_control(FrameType.WELCOME), HANDSHAKE_TIMEOUT_S
-        )
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+            welcome = await conn.receive_control(FrameType.WELCOME)
         if require(welcome, "node", str) != name:
             raise PeerRejectedError(f"{name} welcomed as {welcome['node']!r}")
         # a node of a release before versions sends none: it speaks protocol 1

@@ -5,6 +5,8 @@ election timeout; merging goes on, and the node rejoins when started again."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import time
 
 import pytest
 
@@ -20,7 +22,14 @@ def test_a_stopping_leader_hands_over_and_rejoins(local_stream) -> None:  # type
     daemon = stream.node_daemon(old)
     assert daemon.proc is not None
     daemon.send(signal.SIGTERM)
-    assert daemon.proc.wait(timeout=20) == 0  # a clean stop, within the hand-over bound
+    try:
+        code = daemon.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        daemon.send(signal.SIGUSR1)  # every thread's stack to its log
+        daemon.send(signal.SIGUSR2)  # every task of its loop
+        time.sleep(1)
+        pytest.fail(f"{old} did not stop within 20 s of SIGTERM:\n{daemon.log()[-20000:]}")
+    assert code == 0  # a clean stop, within the hand-over bound
     log_text = (stream.log_dir / f"sequencer-{old}.log").read_text()
     assert "handing leadership over first" in log_text, log_text[-3000:]
     # handed over, not left to an election: the new leader was named before the exit

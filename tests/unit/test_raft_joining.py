@@ -115,3 +115,17 @@ def test_no_raft_state(tmp_path: Path) -> None:
     (tmp_path / "raft.journal").unlink()
     (tmp_path / "raft.vote").write_text('{"term": 0, "voted_for": null}')
     assert not no_raft_state(tmp_path)
+
+
+def test_an_undecided_node_elected_leader_votes_from_then_on(tmp_path: Path) -> None:
+    """It may stand while undecided; once a majority elected it, its log is the stream's,
+    and a later leader's append must not take it for a node joining a history."""
+    raft = FakeRaft()
+    joining = Joining(raft, tmp_path, nodes=3, empty=True)
+    joining.after_tick()
+    assert joining.state == UNDECIDED  # a follower still
+    raft.raftCurrentTerm, raft._SyncObj__raftState = 1, _RAFT_STATE.LEADER
+    joining.after_tick()
+    assert joining.state == VOTING and joining.may_vote
+    assert joining.receive(LEADER, _append(term=2, commit=183)) is False
+    assert joining.state == VOTING and not (tmp_path / "raft.joining").exists()

@@ -179,7 +179,8 @@ class RelayNetwork(Partitions):
             writer.transport.abort()
         for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)
+                async with asyncio.timeout(2):
+                    await server.wait_closed()
 
     async def _both_open(self, src: str, dst: str) -> None:
         while not (self._open[(src, dst)].is_set() and self._open[(dst, src)].is_set()):

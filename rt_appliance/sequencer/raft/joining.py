@@ -144,11 +144,16 @@ class Joining:
         return False
 
     def after_tick(self) -> None:
-        """Joining: record the vote of the leader's term as given to it (once pysyncobj
-        took the term), and vote again once caught up."""
+        """Undecided and elected leader: vote from now on. Joining: record the vote of
+        the leader's term as given to it (once pysyncobj took the term), and vote again
+        once caught up."""
+        obj = self._obj
+        if self.state == UNDECIDED and obj._SyncObj__raftState == _RAFT_STATE.LEADER:
+            self.state = VOTING  # it stood and a majority elected it: its log is the stream's
+            log.info("raft: elected leader (term %d); voting", obj.raftCurrentTerm)
+            return
         if self.state != JOINING:
             return
-        obj = self._obj
         leader = obj._SyncObj__raftLeader
         following = leader is not None and obj._SyncObj__raftState == _RAFT_STATE.FOLLOWER
         if following and obj._SyncObj__votedForNodeId is None:

@@ -68,7 +68,8 @@ class Peer:
                 log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
                 self._redial.clear()
                 try:
-                    await asyncio.wait_for(self._redial.wait(), backoff)
+                    async with asyncio.timeout(backoff):
+                        await self._redial.wait()
                     backoff = RAFT_DIAL_BACKOFF_FIRST_S
                 except TimeoutError:
                     backoff = min(backoff * 2, RAFT_DIAL_BACKOFF_MAX_S)
@@ -92,12 +93,10 @@ class Peer:
                 self.transport.node_down(self.node)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(RAFT_CONNECT_TIMEOUT_S):
+            reader, writer = await asyncio.open_connection(
                 *self.address, ssl=self.transport.client_ctx, server_hostname=None
-            ),
-            RAFT_CONNECT_TIMEOUT_S,
-        )
+            )
         try:
             set_keepalive(writer)
             name = peer_name(writer.get_extra_info("ssl_object"))

@@ -270,6 +270,7 @@ class Sequencer:
         report_s = config.sequencer.report_interval_ms / 1000
         self._own_holds: dict[str, int] | None = None  # this node's holds, as last read
         self._holds_due = 0.0  # when to read them again
+        self._holds_version: tuple[int, int] | None = None  # their directory when read
         self._holds_seen = holds.LeaderHolds(  # leader: every node's holds
             node_name, [n.name for n in config.nodes], HOLDS_REPORT_WAIT_INTERVALS * report_s
         )
@@ -409,11 +410,13 @@ class Sequencer:
         """What a follower reports to the leader: its input extents, consumer holds, and
         where its copies of the input files from the merged positions on end.
 
-        The holds are read from their files at most once per report interval (a
-        consumer moves its hold when it commits; a report interval later is soon enough
-        for the archiver), so most reports are made from memory and a few stats."""
+        The holds are read from their files again once per report interval, and at
+        once when their directory changed (a hold written: a new consumer's must count
+        from the next report, or the leader could prune what it holds), so most reports
+        are made from memory and a few stats."""
         now = time.monotonic()
-        if self._own_holds is None or now >= self._holds_due:
+        if not self._holds_fresh(now):
+            self._holds_version = holds.directory_version(self.data_dir)
             self._own_holds = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
             self._holds_due = now + self.config.sequencer.report_interval_ms / 1000
         with self.machine.cond:
@@ -427,7 +430,16 @@ class Sequencer:
     def _report_cheap(self) -> bool:
         """Whether a report now is made from memory only, and may run on the loop: in the
         node process (the extents are the push server's) with the holds read recently."""
-        return self._own_holds is not None and time.monotonic() < self._holds_due
+        return self._holds_fresh(time.monotonic())
+
+    def _holds_fresh(self, now: float) -> bool:
+        """Whether the holds read last still stand: read this report interval, and their
+        directory unchanged since (one stat)."""
+        return (
+            self._own_holds is not None
+            and now < self._holds_due
+            and holds.directory_version(self.data_dir) == self._holds_version
+        )
 
     def _hold_roll(self, first_roll: int) -> int | None:
         """The oldest merged roll a consumer on any node still needs (leader)."""

@@ -34,6 +34,7 @@ __all__ = [
     "Hold",
     "LeaderHolds",
     "describe",
+    "directory_version",
     "hold_path",
     "oldest_roll",
     "read_holds",
@@ -72,6 +73,16 @@ def write_hold(path: Path, position: Position | int) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def directory_version(data_dir: Path) -> tuple[int, int] | None:
+    """The holds directory's inode and change time: a hold written (renamed into place)
+    changes it. None while there is no directory."""
+    try:
+        st = os.stat(data_dir / HOLDS_DIR)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 def read_holds(data_dir: Path) -> list[Hold]:

@@ -43,6 +43,14 @@ def test_one_process_per_node_with_every_metric(local_stream) -> None:  # type: 
     feed = Feed(stream, "pub-1", "trades")
     feed.publish(1, 2000)
     check_stream(stream, [feed])
+    # the push server's byte counter has a series once bytes came in: the push client
+    # may reach rt-1 after the others have merged everything (it backs off while rt-1
+    # starts), and rt-1 merges from its peers' copies meanwhile
+    wait_until(
+        lambda: re.search("^rt_push_server_bytes_total", metrics(stream, "rt-1"), re.M),
+        30,
+        "rt-1's push server to receive bytes",
+    )
     text = metrics(stream, "rt-1")
     for name in (  # the sequencer's, the push server's and the pull server's
         "rt_sequencer_is_leader",

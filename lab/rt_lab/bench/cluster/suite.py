@@ -201,7 +201,7 @@ class Suite:
             self.e2e.target = "-"  # the target is for publishers at full speed
         self.pub.note = f"publisher fsync={o.publisher_fsync}"
         self.elections.note = "from the start of publishing to the end (0: one leader)"
-        self.merge.note = f"{2 * o.messages:,} messages, leader elected -> merged on 3 nodes"
+        self.merge.note = f"{2 * o.messages:,} messages, first merge -> merged on 3 nodes"
         self.failover.note = f"median of {o.kills} kills per run, under {o.failover_rate:,} msg/s"
         self.elected.note = self.failover.note
         self.restart.note = "restart -> merged what the leader had committed"

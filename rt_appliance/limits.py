@@ -163,6 +163,8 @@ FETCH_BYTES = 4 << 20
 # The wait for each FETCH answer, and for the fetcher's own loop when it is stuck or
 # closing.
 FETCH_TIMEOUT_S, FETCHER_CLOSE_WAIT_S = 5.0, 5.0
+# A peer whose FETCH failed (no answer: paused, cut off) is asked last for this long.
+FETCH_PEER_PENALTY_S = 30.0
 
 # -- Sequencer -------------------------------------------------------------------------
 

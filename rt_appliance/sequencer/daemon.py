@@ -244,6 +244,7 @@ class Sequencer:
             self.fetcher,
             self.data_dir / "log-history.jsonl",
             on_write_failure=lambda why: self.fitness.failed("merged_log", why),
+            leader=lambda: self.raft.leader(),
         )
         self.raft = RaftNode(config, node_name, self.data_dir / "raft", self.machine)
         journal.ON_FULL[:] = [self._journal_full]

@@ -28,6 +28,7 @@ from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import RTError
 from rt_appliance.limits import (
     FETCH_BYTES,
+    FETCH_PEER_PENALTY_S,
     INPUT_POLL_S,
     MERGER_IDLE_WAIT_S,
     MERGER_RETRY_S,
@@ -108,9 +109,12 @@ class Merger:
         history: Path,
         on_progress: Callable[[], None] = lambda: None,
         on_write_failure: Callable[[str], None] = lambda why: None,
+        leader: Callable[[], str | None] = lambda: None,
     ) -> None:
         """``on_write_failure(why)``: the merged log could not be written (a full disk,
-        EIO), from the merger's thread."""
+        EIO), from the merger's thread. ``leader()``: the raft leader's name, if known."""
+        self.leader = leader
+        self._failed_until: dict[str, float] = {}  # peer -> asked last until then
         self.config, self.node_name, self.machine = config, node_name, machine
         self.on_write_failure = on_write_failure
         self.merged, self.inputs, self.fetcher, self.history = merged, inputs, fetcher, history
@@ -128,7 +132,7 @@ class Merger:
         self.scrubber = Scrubber(
             merged,
             lambda peer, at, most: fetcher.fetch(peer, "merged", at, most),
-            self._peers(),
+            [n.name for n in config.nodes if n.name != node_name],
             config.sequencer.scrub_interval_ms / 1000,
         )
         self.mismatches = 0
@@ -362,7 +366,13 @@ class Merger:
             }
 
     def _peers(self) -> list[str]:
-        return [n.name for n in self.config.nodes if n.name != self.node_name]
+        """The other nodes in the order to ask them: the raft leader first (it holds what
+        it committed), a peer whose last fetch failed in the last FETCH_PEER_PENALTY_S
+        last. A paused or cut-off node answers nothing, and each fetch from it waits out
+        FETCH_TIMEOUT_S: asked first, it held a restarted follower back 10 s."""
+        names = [n.name for n in self.config.nodes if n.name != self.node_name]
+        leader, now = self.leader(), time.monotonic()
+        return sorted(names, key=lambda n: (self._failed_until.get(n, 0.0) > now, n != leader))
 
     def _fetch_exact(
         self, peer: str, directory: str, start: Position, end: Position
@@ -380,6 +390,7 @@ class Merger:
                 at = at.with_offset(at.offset + len(got.data))
         except RTError as exc:
             log.info("merger: fetch of %s from %s failed: %s", directory, peer, exc)
+            self._failed_until[peer] = time.monotonic() + FETCH_PEER_PENALTY_S
             return None
         data = b"".join(chunks)
         return data[: end.offset - start.offset]

@@ -17,9 +17,12 @@ from typing import TypeVar
 from rt_appliance import Message, Publisher, Subscriber
 from rt_appliance.config import load_config
 from rt_appliance.config.model import StreamConfig
+from rt_appliance.log.format import encode_batch
 from rt_appliance.log.recovery import FileReport, verify_directory
 from rt_appliance.log.segments import list_files
+from rt_appliance.position import Position
 from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.raft import RaftNode
 from rt_lab.testing.cluster import write_local_config
 
@@ -70,6 +73,18 @@ def flip_byte(path: Path, offset: int, mask: int = 0xFF) -> None:
         byte = f.read(1)
         f.seek(offset)
         f.write(bytes([byte[0] ^ mask]))
+
+
+def merged_records(sizes: list[int], first_seq: int = 1) -> bytes:
+    """Merged-log bytes (after a file header): a range of one message per merge, of
+    the given payload sizes, as the merger writes them."""
+    out, start = b"", int(Position.of(1, 0, 64))
+    for seq, size in enumerate(sizes, first_seq):
+        data, _ = encode_batch([bytes([seq % 251]) * size], 1000, [seq])
+        record, _, _ = build_record("trades.pub-1", start, 5, seq, data, None)
+        out += record
+        start += len(data)
+    return out
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:

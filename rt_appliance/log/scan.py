@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # numpy is imported when first used: a node process rarely needs it
     import numpy as np
 
-from rt_appliance.limits import MAX_PAYLOAD_BYTES, NUMPY_MIN_RECORDS
+from rt_appliance.limits import MAX_PAYLOAD_BYTES, NUMPY_MIN_RECORDS, UNBOUNDED_SCAN_RECORDS
 from rt_appliance.log.format import KIND_MESSAGE, KIND_RANGE, RECORD_HEADER
 
 _native: ModuleType | None
@@ -28,7 +28,7 @@ try:
 except ImportError:  # built without a C compiler: the Python walk below
     _native = None
 
-__all__ = ["Columns", "Scan", "Stop", "check_record", "scan", "scan_columns"]
+__all__ = ["Columns", "Scan", "Stop", "check_record", "check_records", "scan", "scan_columns"]
 
 _HEADER_BYTES = RECORD_HEADER.size
 _LENGTH = struct.Struct("<4xI")  # just the length field of a record header
@@ -229,6 +229,22 @@ def scan(
                 buf[o + _HEADER_BYTES : e] for o, e in zip(offsets, ends, strict=True)
             ]
     return result
+
+
+def check_records(buf: bytes | memoryview, start: int) -> tuple[int, bool]:
+    """Check the whole message records of ``buf`` from ``start`` on, without collecting
+    anything: ``(end, failed)``, where ``end`` is where the last good record ends and
+    ``failed`` says a record there fails its CRC or fixed fields (else the buffer ended,
+    or a record there runs past it). The compiled walk when built with it."""
+    if _native is None:
+        _, _, _, end, failed = _walk_python(
+            bytes(buf), start, UNBOUNDED_SCAN_RECORDS, True, False, MAX_PAYLOAD_BYTES
+        )
+    else:
+        _, _, _, end, failed = _native.walk(
+            buf, start, UNBOUNDED_SCAN_RECORDS, True, False, MAX_PAYLOAD_BYTES
+        )
+    return end, failed
 
 
 def scan_columns(buf: bytes, start: int, limit: int) -> Scan:

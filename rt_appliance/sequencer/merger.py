@@ -183,7 +183,8 @@ class Merger:
                 self._scrub()
             with self.machine.cond:
                 if not self.machine.pending and self.machine.state.seq <= self.merged.seq:
-                    self.machine.cond.wait(MERGER_IDLE_WAIT_S)
+                    wait_s = min(MERGER_IDLE_WAIT_S, self.scrubber.seconds_until_due())
+                    self.machine.cond.wait(max(wait_s, 0.0))
                     continue
                 item = self.machine.pending[0] if self.machine.pending else None
                 target = self.machine.state.seq

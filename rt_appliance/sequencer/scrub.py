@@ -4,27 +4,39 @@ from a peer's identical bytes.
 Every merged record carries a CRC-32, and every node's merged log is byte-identical,
 so a damaged stretch (a flipped bit, a zeroed block, a file cut short: bit rot, a bad
 block, a stray write) can be found by walking the file and rewritten from any peer.
-The merger's thread runs one :meth:`Scrubber.step` at most every
-``sequencer.scrub_interval_ms``: it checks the next merged file in turn (the newest
-one up to what the merger has written) and, if the walk stops before the file's end,
-fetches the bytes from the damage on from a peer (``FETCH merged``), writes them in
-place, syncs, and checks the file again. A repair that does not check out is tried
-with the next peer; if none works the file is reported again at the next pass. The
-merger does not append while a step runs (same thread), and pull servers and
-subscribers refuse bytes whose CRC fails, so damage never travels.
+Every ``sequencer.scrub_interval_ms`` the scrubber begins to check the next merged file
+in turn (the newest one up to what the merger has written). The merger's thread walks
+it in steps (:meth:`Scrubber.step`) of ``SCRUB_STEP_BYTES`` at most, one per
+``SCRUB_STEP_GAP_S``, between its appends: a whole file at once held the merges up for
+as long as its walk took (a second for 4 MiB on a busy 2-core machine, the largest
+part of the stalls one node's fault caused in ``rt chaos``). When the walk finds a
+problem, or ends anywhere but on a whole range at the file's end, the file is checked
+whole (:func:`verify_file`) and, if it is damaged, the bytes from the damage on are
+fetched from a peer (``FETCH merged``), written in place, synced, and the file is
+checked again. A repair that does not check out is tried with the next peer; if none
+works the file is reported again at the next pass. The merger does not append while a
+step runs (same thread), and pull servers and subscribers refuse bytes whose CRC
+fails, so damage never travels.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rt_appliance.errors import RTError
-from rt_appliance.limits import FETCH_BYTES, MAX_FILE_HEADER_BYTES
+from rt_appliance.limits import (
+    FETCH_BYTES,
+    MAX_FILE_HEADER_BYTES,
+    SCRUB_STEP_BYTES,
+    SCRUB_STEP_GAP_S,
+)
 from rt_appliance.log.format import decode_file_header
+from rt_appliance.log.merged_walk import MergedWalk
 from rt_appliance.log.recovery import verify_file
 from rt_appliance.log.segments import StreamFile
 from rt_appliance.position import Position
@@ -54,12 +66,22 @@ class Scrubber:
         self.interval_s = interval_s
         self._next_at = time.monotonic() + interval_s
         self._after: tuple[int, int] | None = None  # key of the file checked last
+        self._walk: MergedWalk | None = None  # the check under way, a step at a time
+        self._walking: StreamFile | None = None  # the file it checks
+        self._next_step_at = 0.0
         self.checked_files = 0
         self.damaged = 0  # damage found
         self.repaired = 0  # damage repaired from a peer
 
     def due(self) -> bool:
-        return self.interval_s > 0 and time.monotonic() >= self._next_at
+        return self.seconds_until_due() <= 0
+
+    def seconds_until_due(self) -> float:
+        """How long until the next step is due (the merger's idle wait ends then)."""
+        if self.interval_s <= 0:
+            return math.inf
+        at = self._next_step_at if self._walk is not None else self._next_at
+        return at - time.monotonic()
 
     def check_newest(self) -> Damage | None:
         """Check the newest merged file now (the merger found it changed under it), and
@@ -69,16 +91,42 @@ class Scrubber:
             return None
         return self._check(files[-1], True)
 
-    def step(self) -> Damage | None:
-        """Check the next merged file; repair it if damaged. Returns the damage found."""
-        self._next_at = time.monotonic() + self.interval_s
-        files = self.merged.files()
-        if not files:
+    def step(self, budget: int = SCRUB_STEP_BYTES) -> Damage | None:
+        """Walk the file being checked on by about ``budget`` bytes, beginning the next
+        file in turn if none is; once its walk ends, judge it and repair it if damaged.
+        Returns the damage found (None: none, or the walk goes on)."""
+        now = time.monotonic()
+        self._next_step_at = now + SCRUB_STEP_GAP_S
+        if self._walk is None or self._walking is None:
+            self._next_at = now + self.interval_s
+            files = self.merged.files()
+            if not files:
+                return None
+            later = [f for f in files if self._after is None or f.key > self._after]
+            self._walking = (later or files)[0]
+            self._after = self._walking.key
+            self._walk = MergedWalk(self._walking.path)
+        current, walk = self._walking, self._walk
+        try:
+            walk.advance(budget)
+        except FileNotFoundError:  # pruned meanwhile
+            self._walk = self._walking = None
             return None
-        later = [f for f in files if self._after is None or f.key > self._after]
-        current = (later or files)[0]
-        self._after = current.key
-        return self._check(current, current.key == files[-1].key)
+        if not walk.done:
+            return None
+        self._walk = self._walking = None
+        files = self.merged.files()
+        newest = bool(files) and current.key == files[-1].key
+        whole = not walk.problem and walk.range_left == 0
+        if whole and walk.offset == self._expected(current, newest):
+            self.checked_files += 1
+            return None
+        return self._check(current, newest)  # the whole file, to say where and what
+
+    def _expected(self, f: StreamFile, newest: bool) -> int:
+        """Where a file that checks out ends: what the merger wrote to the newest file,
+        the file's size for an older one."""
+        return self.merged.size if newest and f.roll == self.merged.roll else _size(f)
 
     def _check(self, current: StreamFile, newest: bool) -> Damage | None:
         self.checked_files += 1

@@ -11,7 +11,7 @@ import pytest
 from rt_appliance.position import Position
 from rt_appliance.sequencer.merged import MARKER, MergedLog
 from rt_appliance.sequencer.state import merged_header
-from tests.unit.test_scrub_repair import _records
+from tests.helpers import merged_records
 
 pytestmark = pytest.mark.unit
 
@@ -21,11 +21,11 @@ STREAM = "teststream"
 def _log_with(directory: Path, sizes: list[int]) -> tuple[MergedLog, bytes, bytes]:
     """A merged log written through MergedLog.append and synced (the marker written)."""
     header = merged_header(STREAM, 0, 1)
-    body = _records(sizes)
+    body = merged_records(sizes)
     log = MergedLog(directory)
     at, offset = 0, len(header)
     for size in sizes:  # one record at a time, as the merger appends them
-        one = _records([size], first_seq=1 + sizes.index(size))
+        one = merged_records([size], first_seq=1 + sizes.index(size))
         record = body[at : at + len(one)]
         log.append(int(Position.of(1, 0, offset)), record, header)
         at, offset = at + len(record), offset + len(record)
@@ -51,7 +51,7 @@ def test_a_torn_tail_after_the_marker_is_cut(tmp_path: Path) -> None:
     directory = tmp_path / "merged"
     log, header, body = _log_with(directory, [100, 200, 300])
     log.close()
-    more = _records([100, 200, 300, 500], first_seq=1)[len(body) :]  # record 4 ...
+    more = merged_records([100, 200, 300, 500], first_seq=1)[len(body) :]  # record 4 ...
     with open(directory / "log.1.0", "ab") as f:
         f.write(more[: len(more) // 2])  # ... half written before a crash
     again = MergedLog(directory)

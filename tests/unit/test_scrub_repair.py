@@ -13,28 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from rt_appliance.log.format import encode_batch
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import Fetched
 from rt_appliance.sequencer.merged import MergedLog
-from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.scrub import Scrubber
 from rt_appliance.sequencer.state import merged_header
+from tests.helpers import merged_records
 
 pytestmark = pytest.mark.unit
 
 STREAM = "teststream"
-
-
-def _records(sizes: list[int], first_seq: int = 1) -> bytes:
-    """Merged records of one message each, of the given payload sizes."""
-    out, start = b"", int(Position.of(1, 0, 64))
-    for seq, size in enumerate(sizes, first_seq):
-        data, _ = encode_batch([bytes([seq % 251]) * size], 1000, [seq])
-        record, _, _ = build_record("trades.pub-1", start, 5, seq, data, None)
-        out += record
-        start += len(data)
-    return out
 
 
 def _peer_fetch(peer_file: Path):  # type: ignore[no-untyped-def]
@@ -53,10 +41,10 @@ def test_a_cut_behind_a_boundary_of_this_files_own_is_repaired_from_the_start(
     header = merged_header(STREAM, 0, 1)
     peer = tmp_path / "peer" / "log.1.0"
     peer.parent.mkdir()
-    peer.write_bytes(header + _records([300, 300, 300, 300, 300, 300]))
+    peer.write_bytes(header + merged_records([300, 300, 300, 300, 300, 300]))
     # this node's file went its own way early on (records of other sizes, each valid),
     # then was cut in the middle of a record
-    own = header + _records([450, 450, 450, 450])
+    own = header + merged_records([450, 450, 450, 450])
     local_dir = tmp_path / "local"
     local_dir.mkdir()
     (local_dir / "log.1.0").write_bytes(own[: len(own) - 200])
@@ -75,7 +63,7 @@ def test_a_cut_behind_a_boundary_of_this_files_own_is_repaired_from_the_start(
 
 def test_damage_where_the_peers_bytes_fit_is_repaired_there(tmp_path: Path) -> None:
     header = merged_header(STREAM, 0, 1)
-    whole = header + _records([300, 300, 300, 300])
+    whole = header + merged_records([300, 300, 300, 300])
     peer = tmp_path / "peer" / "log.1.0"
     peer.parent.mkdir()
     peer.write_bytes(whole)

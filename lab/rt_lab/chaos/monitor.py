@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rt_appliance.log.segments import list_files
 from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
@@ -42,6 +42,10 @@ class Sample:
     commit_index: dict[str, int]  # reachable nodes only
     merged_seq: dict[str, int]  # merge instructions each reachable node has written
     merged_bytes: int  # the most any node has merged (sum of its files' sizes)
+    # what each reachable node's merger has still to write, and how many merges it has
+    # built from a peer's input so far (a node whose copy is behind or damaged)
+    committed_seq: dict[str, int] = field(default_factory=dict)
+    fetched_inputs: dict[str, int] = field(default_factory=dict)
 
 
 class Monitor:
@@ -105,6 +109,8 @@ class Monitor:
                 {n.name: n.commit_index for n in nodes},
                 {n.name: n.merged_seq for n in nodes},
                 merged,
+                {n.name: n.committed_seq for n in nodes},
+                {n.name: int(n.raw.get("fetched_inputs") or 0) for n in nodes},
             )
         )
         self._note_exits(began - self.t0)

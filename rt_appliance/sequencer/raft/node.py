@@ -161,6 +161,7 @@ class RaftNode:
         self.joining = Joining(self._obj, state_dir, len(config.nodes), empty, link.name_of)
         self.prevote.may_vote = lambda: self.joining.may_vote
         self._transport.intercept = self._intercept
+        self._transport.on_lost = self._peer_lost
         patches.check("SyncObj", self._obj)
         patches.check("Transport", self._transport)
         journal_file = self._link.journal()
@@ -415,11 +416,34 @@ class RaftNode:
         if a leader is there, the peers hear from it and say no, and this node waits for
         its heartbeat. The stagger (a quarter of ``raft_min_timeout_ms`` per place, plus
         a little jitter) lets one node ask first, so that the votes do not split."""
-        seq = self.config.sequencer
-        step = seq.raft_min_timeout_ms / 4000
+        self._obj._SyncObj__raftElectionDeadline = time.monotonic() + self._staggered_delay()
+
+    def _staggered_delay(self) -> float:
+        """A short wait before asking for an election: a quarter of ``raft_min_timeout_ms``
+        per place of this node in the stream, plus a little jitter."""
+        step = self.config.sequencer.raft_min_timeout_ms / 4000
         place = sorted(n.name for n in self.config.nodes).index(self.name)
-        delay = step * place + random.uniform(0, step / 2)
-        self._obj._SyncObj__raftElectionDeadline = time.monotonic() + delay
+        return step * place + random.uniform(0, step / 2)
+
+    def _peer_lost(self, node: Node) -> None:
+        """Our connection to ``node`` ended. If it was the leader, its process most likely
+        died (the connection was reset): ask for an election after a short staggered
+        wait, as after a start (:meth:`_first_election_timer`), not a whole election
+        timeout after its last heartbeat, and say yes to a peer that asks. A leader that
+        is alive after all (a connection dropped on the way) still reaches the other
+        peers, which say no, and its next heartbeat puts the deadline back."""
+        obj = self._obj
+        if obj._isLeader() or obj._getLeader() != node:
+            return
+        self.prevote.leader_heard_at = float("-inf")
+        soon = time.monotonic() + self._staggered_delay()
+        if obj._SyncObj__raftElectionDeadline > soon:
+            obj._SyncObj__raftElectionDeadline = soon
+        log.info(
+            "raft: connection to the leader %s lost: asking for an election in %.0f ms",
+            self._link.name_of(node),
+            max(0.0, obj._SyncObj__raftElectionDeadline - time.monotonic()) * 1000,
+        )
 
     def _hold_candidacy(self) -> None:
         """Keep this follower's election deadline a whole timeout ahead: it stands for no

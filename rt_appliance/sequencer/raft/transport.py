@@ -78,6 +78,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._syncing = False
         # sees each peer's message first; True: it was handled (pre-vote, :mod:`.prevote`)
         self.intercept: Callable[[Node, dict[str, Any]], bool] | None = None
+        self.on_lost: Callable[[Node], None] | None = None  # our connection to a node ended
         self.hello = _frame({"type": HELLO, "protocol": RAFT_PROTOCOL, "software": SOFTWARE})
         # what each peer said it runs: (raft protocol, release or None before the hello)
         self.peer_versions: dict[str, tuple[int, str | None]] = {}
@@ -217,6 +218,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
     def node_down(self, node: Node) -> None:
         if not self._closing:
             self._onNodeDisconnected(node)
+            if self.on_lost is not None:
+                self.on_lost(node)
             self.link.kick()
 
     # incoming side

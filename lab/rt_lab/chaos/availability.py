@@ -8,7 +8,8 @@ that take a majority (a power loss of every node, a kill or pause of several nod
 partitions raft cannot always lead through (``bridge``, ``one-way``). A fault that began
 before the one before it had recovered (merging moved again and every node answered, see
 ``monitor.recovery_time``) is not judged either: with the node still recovering it takes
-two, and its stall is partly the earlier fault's.
+two, and its stall is partly the earlier fault's. The other way round, a fault's stall
+is counted only up to when the next fault began (``monitor.stall_time``).
 
 After a power loss of every node the verdict also keeps how long merging took to move
 again once the nodes were started (``restart_s``), for each power loss that began on a

@@ -189,15 +189,24 @@ def moved_after(marks: list[Mark], t: float) -> float | None:
     return next((a for a in _advances(marks) if a > t), None)
 
 
-def stall_time(marks: list[Mark], started: float, ended: float) -> float | None:
+def stall_time(
+    marks: list[Mark], started: float, ended: float, until: float | None = None
+) -> float | None:
     """How long merging stood still around a fault from ``started`` to ``ended``: the
     longest time between two advances of the majority's merged end (past the furthest
     seen before), counted from ``started`` up to the first advance after ``ended``. None if
     merging never moved after it. With publishers publishing all along, a stream that
-    never stalls shows about :data:`MARK_S`."""
+    never stalls shows about :data:`MARK_S`.
+
+    ``until`` is when the next fault began: a stall still going on then is counted up to
+    it, not through the next fault's own (a power loss 2 s after a cut file would
+    otherwise count as the cut's stall)."""
     advances = _advances(marks)
     after = next((t for t in advances if t > ended), None)
-    if after is None:
+    if until is not None and until > started and (after is None or after > until):
+        points = [started, *(t for t in advances if started < t < until), until]
+    elif after is None:
         return None
-    points = [started, *(t for t in advances if started < t <= after)]
+    else:
+        points = [started, *(t for t in advances if started < t <= after)]
     return round(max(b - a for a, b in itertools.pairwise(points)), 2)

@@ -114,9 +114,11 @@ def run_chaos(options: ChaosOptions, progress: Progress = print) -> ChaosResult:
         result.samples = monitor.samples
         result.exits = monitor.exits
         result.injected = nemesis.injected
-        for record in result.injected:
+        for index, record in enumerate(result.injected):
+            following = result.injected[index + 1 : index + 2]
+            until = following[0].started if following else None
             record.recovery_s = recovery_time(result.samples, record.ended, options.nodes)
-            record.stall_s = stall_time(monitor.marks, record.started, record.ended)
+            record.stall_s = stall_time(monitor.marks, record.started, record.ended, until)
             record.moved_at = moved_after(monitor.marks, record.ended)
         result.availability = judge_availability(result.injected, options.max_stall_s)
         for host in world.load.subscribers:

@@ -49,6 +49,19 @@ def test_no_advance_after_the_fault_is_none() -> None:
     assert stall_time(_marks([1, 2, 2, 2]), 1.5, 2.5) is None
 
 
+def test_a_stall_is_counted_up_to_the_next_faults_start_only() -> None:
+    #                 0  1  2  3  4  5  6  7  8  9
+    marks = _marks([1, 2, 3, 3, 3, 3, 3, 3, 3, 4])
+    # a file cut at 2.5 s, a power loss from 3.5 s: merging moved again only at 9
+    assert stall_time(marks, 2.5, 2.5, until=3.5) == 1.0  # from the cut to the power loss
+    assert stall_time(marks, 2.5, 2.5, until=6.0) == 3.5  # still 3.5 s before the next
+    assert stall_time(marks, 2.5, 2.5) == 6.5  # with no next fault: up to 9
+    # merging moved before the next fault began: the bound changes nothing
+    assert stall_time(marks, 2.5, 2.5, until=9.5) == 6.5
+    # never moved again, the next fault began: counted up to it
+    assert stall_time(_marks([1, 2, 2, 2]), 1.5, 2.5, until=3.5) == 2.0
+
+
 def _injected(
     kind: str, target: str, variant: str, started: float, stall: float | None
 ) -> Injected:

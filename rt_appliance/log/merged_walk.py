@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.limits import MAX_FILE_HEADER_BYTES, MAX_PAYLOAD_BYTES
-from rt_appliance.log.format import KIND_RANGE, RECORD_HEADER, decode_file_header, decode_range
+from rt_appliance.log.format import KIND_RANGE, RANGE_FIXED, RECORD_HEADER, decode_file_header
 from rt_appliance.log.scan import check_record, check_records
 
 __all__ = ["MergedWalk"]
@@ -87,11 +87,11 @@ class MergedWalk:
                     if problem or kind != KIND_RANGE:
                         self.problem = problem or f"a record of kind {kind} where a range begins"
                         break
-                    header = decode_range(buf[off + RECORD_HEADER.size : end])
-                    if isinstance(header, str):
-                        self.problem = header
+                    range_bytes = _range_bytes(buf, off + RECORD_HEADER.size, end)
+                    if range_bytes is None:
+                        self.problem = "a range record's names do not match their lengths"
                         break
-                    self.range_left, off = header.range_bytes, end
+                    self.range_left, off = range_bytes, end
                     continue
                 limit = min(n, off + self.range_left)
                 end, failed = check_records(view[:limit], off)
@@ -114,3 +114,13 @@ class MergedWalk:
             return RECORD_HEADER.size
         length = int.from_bytes(buf[_LENGTH_AT : _LENGTH_AT + 4], "little")
         return RECORD_HEADER.size + min(length, MAX_PAYLOAD_BYTES)
+
+
+def _range_bytes(buf: bytes, start: int, end: int) -> int | None:
+    """The byte count of the range record whose payload is ``buf[start:end]`` (its CRC
+    checked), or None if its fixed part and names do not add up to the payload. The
+    names are not decoded: the walk needs the count only (``decode_range`` does both)."""
+    if end - start < RANGE_FIXED.size:
+        return None
+    _, nbytes, _, tlen, hlen = RANGE_FIXED.unpack_from(buf, start)
+    return int(nbytes) if end - start == RANGE_FIXED.size + tlen + hlen else None

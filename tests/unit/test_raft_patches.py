@@ -202,6 +202,32 @@ def test_a_follower_commits_no_further_than_what_the_leader_sent(tmp_path: Path)
         node.destroy()
 
 
+def test_a_piece_of_a_snapshot_commits_nothing_of_the_followers_own_log(tmp_path: Path) -> None:
+    """A follower far behind gets the leader's snapshot in pieces. pysyncobj took the
+    leader's commit index from every piece and committed its own log up to its end, an
+    old leader's uncommitted tail among it, and applied it before the last piece came
+    (``rt chaos``, seed 149131534: a node's merged log diverged)."""
+    node, leader, _ = _follower(tmp_path)
+    try:
+
+        def commit() -> int:
+            return int(node._obj._SyncObj__raftCommitIndex)
+
+        node._transport.deliver(leader, _append(1, 0, [(i, 1) for i in range(2, 11)], commit=3))
+        assert commit() == 3  # 4..10: an old leader's tail, never committed
+        piece = {
+            "type": "append_entries",
+            "term": 2,
+            "commit_index": 500,
+            "serialized": (b"part of a snapshot", True, False),
+        }
+        node._transport.deliver(leader, piece)
+        assert commit() == 3
+        assert int(node._obj._SyncObj__raftLog.getRaftCommitIndex()) == 3
+    finally:
+        node.destroy()
+
+
 def test_a_snapshot_is_put_in_place_synced_before_and_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -43,6 +43,7 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "SyncObj": (
         "_SyncObj__raftCommitIndex",
         "_SyncObj__raftLastApplied",
+        "_SyncObj__raftLog",
         "_SyncObj__raftElectionDeadline",
         "_SyncObj__newAppendEntriesTime",
         "_SyncObj__pipeNotifier",

@@ -64,6 +64,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
 
     def __init__(self, sync_obj: Any, self_node: Node, other_nodes: Any, *, link: Link) -> None:
         super().__init__(sync_obj, self_node, other_nodes)
+        self._sync_obj = sync_obj
         self.link = link
         self.server_ctx = server_context(link.config.tls, link.name)
         self.client_ctx = client_context(link.config.tls, link.name)
@@ -231,7 +232,16 @@ class TlsTransport(Transport):  # type: ignore[misc]
         follower's log may be an old leader's uncommitted tail. pysyncobj commits up to
         the end of the log instead, which was safe only while it cut every tail; the
         journal now keeps a tail no entry contradicts (:mod:`.journal`), so the commit
-        index a message brings is bounded here."""
+        index a message brings is bounded here.
+
+        A piece of a snapshot (``serialized``, no ``prevLogIdx``) matches no entry at all,
+        so it commits nothing: pysyncobj took its commit index up to the end of the
+        follower's log at every piece but the last, and applied an old leader's
+        uncommitted tail before the snapshot replaced it. Found by ``rt chaos`` (seed
+        149131534): a leader cut off alone kept proposing, every node then lost power,
+        and its merger wrote those merges; its merged log diverged, and a subscriber
+        that had read from it found a record where a range should begin."""
+        snapshot = False
         if message.get("type") == "append_entries" and "prevLogIdx" in message:
             carried = message.get("entries") or ()
             last = int(message["prevLogIdx"]) + len(carried)
@@ -239,9 +249,22 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 last = int(message["prevLogIdx"]) + 1  # the pieces make one entry
             if isinstance(message.get("commit_index"), int) and message["commit_index"] > last:
                 message = {**message, "commit_index": last}
+        elif message.get("type") == "append_entries" and "serialized" in message:
+            message, snapshot = {**message, "commit_index": 0}, True
         if self.intercept is not None and self.intercept(node, message):
             return
         self._onMessageReceived(node, message)
+        if snapshot:
+            self._commit_snapshot()
+
+    def _commit_snapshot(self) -> None:
+        """Once a snapshot from the leader is in place, what it holds is committed: the
+        commit index moves up to it (the next append moves it on from there)."""
+        obj = self._sync_obj
+        applied = int(obj._SyncObj__raftLastApplied)
+        if applied > int(obj._SyncObj__raftCommitIndex):
+            obj._SyncObj__raftCommitIndex = applied
+            obj._SyncObj__raftLog.setRaftCommitIndex(applied)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername") or ("?", 0)

@@ -11,8 +11,9 @@ It only says whether the bytes walked so far check out. Where damage begins, and
 kind it is (a torn tail, corruption with valid records after it), is
 :func:`rt_appliance.log.recovery.verify_file`'s job: the scrubber asks it whenever this
 walk finds a problem or ends anywhere but on a whole range at the file's end. The walk
-is about 10 times cheaper than ``verify_file`` per byte (one compiled walk per range
-and one read per stretch, against a reader's machinery per range).
+is cheaper than ``verify_file`` (one compiled walk per range and one read per stretch,
+against a reader's machinery per range): 0.10-0.18 s against 0.6-1.1 s for a 2.8 MB
+merged file on a busy 2-core machine.
 """
 
 from __future__ import annotations

@@ -80,6 +80,16 @@ def test_a_flipped_bit_in_input_not_yet_merged_is_rewritten_from_a_peer(local_st
     feed.publish(1, 3000)  # several input files
     wait_until(lambda: _merged_everywhere(stream, 3000), 60, "3,000 messages merged everywhere")
     node = next(n for n in stream.node_names if n != leader)
+    copies = [stream.data_dir(n) / "in" / "trades.pub-1" for n in stream.node_names]
+    # merged everywhere is not pushed everywhere: a node may have merged from a peer's bytes
+    # what its own push connection has not brought yet. Equal copies are whole copies.
+    wait_until(
+        lambda: (
+            len(list_files(copies[0])) > 1 and all(_same_files(copies[0], c) for c in copies[1:])
+        ),
+        60,
+        "every node's copy of trades.pub-1 whole",
+    )
     stream.kill_node(node, signal.SIGTERM)
     # It merges every input again from its own copy: its merged log and raft state are gone
     # (a node restored from a backup of its inputs only).

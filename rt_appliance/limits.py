@@ -274,6 +274,11 @@ RAFT_TICK_FAILURE_LOG_EVERY_S = 5.0
 # cut off (three election timeouts otherwise): a pause of a second or two is not a
 # stuck peer, however short the election timeouts are set.
 RAFT_PEER_TIMEOUT_MIN_S = 2.0
+# Floor of how long bytes sent on a raft connection may go unacknowledged by the peer's
+# kernel before the connection is dropped and dialled afresh (TCP_USER_TIMEOUT; one
+# election timeout otherwise). Without it, a connection that lost packets in a partition
+# sits in TCP's doubling retransmission wait for seconds after the partition heals.
+RAFT_UNACKED_MIN_S = 1.0
 # pysyncobj's SyncObjConf, from here on. Commands waiting to be handled.
 RAFT_COMMANDS_QUEUE = 100_000
 # Bytes of entries in one append (a larger entry goes in pieces of this size), and in

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,5 +149,87 @@ def test_a_follower_cut_off_and_back_leaves_the_leader_in_place(
             every_log = "\n".join(d.log()[-3000:] for d in daemons)
             assert after == {n: (leader, term) for n in names}, (after, every_log)
     finally:
+        for d in daemons:
+            d.stop()
+
+
+def test_a_follower_whose_packets_are_lost_is_back_in_step_soon_after(
+    tmp_path: Path, namespaces: list[NetnsHost]
+) -> None:
+    """A follower that receives but cannot send (one-way loss) for several seconds: the
+    leader's connection to it sees nothing acknowledged. Raft connections drop once what
+    they sent goes unacknowledged for an election timeout, and dials give up after as
+    long, so both sides dial afresh every second: once the loss ends, the follower
+    commits what the leader had within about a second, not after TCP's doubling
+    retransmission wait (6.4 s here without the limits)."""
+    nodes = [{"name": f"rt-{i}", "host": ns.address} for i, ns in enumerate(namespaces, 1)]
+    path = write_local_config(
+        tmp_path, publishers={"pub-1": ["trades"]}, extra={**SMALL, "nodes": nodes}
+    )
+    config = load_config(path)
+    names = [n.name for n in config.nodes]
+
+    def status() -> dict[str, NodeStatus]:
+        answers = asyncio.run(gather_status(config, names[0], 5.0, names))
+        return {k: a for k, a in answers.items() if isinstance(a, NodeStatus)}
+
+    logs = tmp_path / "logs"
+    daemons: list[Daemon] = []
+    stop = threading.Event()
+    try:
+        for ns, node in zip(namespaces, config.nodes, strict=True):
+            args = ["node", "--config", str(path), "--node", node.name]
+            daemons.append(Daemon(f"sequencer-{node.name}", args, logs, ns.prefix).start())
+        args = ["push-client", "--config", str(path), "--host", "pub-1"]
+        daemons.append(Daemon("push-client-pub-1", args, logs).start())
+        seen: dict[str, NodeStatus] = {}
+
+        def led() -> bool:
+            seen.clear()
+            seen.update(status())
+            return len(seen) == 3 and all(s.leader is not None for s in seen.values())
+
+        wait_until(led, 60, "three nodes following a leader")
+        leader = next(iter(seen.values())).leader
+        follower = next(n for n in names if n != leader)
+        root = config.data_dir_of(config.publisher("pub-1")) / "pub"
+        ids: list[int] = []
+
+        def publish() -> None:  # 200 msg/s: the leader sends appends all the time
+            from rt_appliance.publish import Publisher
+
+            with Publisher(root, "trades", "pub-1") as pub:
+                while not stop.wait(0.05):
+                    batch = list(range(len(ids) + 1, len(ids) + 11))
+                    pub.publish_batch([b"m-%d" % i for i in batch], ids=batch)
+                    pub.flush()
+                    ids.extend(batch)
+
+        feed = threading.Thread(target=publish, daemon=True)
+        feed.start()
+        wait_until(lambda: led() and seen[follower].committed_seq > 10, 30, "merging")
+        cut = namespaces[names.index(follower)]
+        cut.drop_outgoing()
+        time.sleep(7.0)  # the fault: the leader's retransmissions are 3.2 s apart by now
+        cut.restore_outgoing()
+        healed = time.monotonic()
+        target = status()[str(leader)].committed_seq
+
+        def caught_up() -> bool:
+            answer = status().get(follower)
+            return answer is not None and answer.committed_seq >= target
+
+        wait_until(caught_up, 30, f"{follower} committing what {leader} had")
+        took = time.monotonic() - healed
+        every_log = "\n".join(d.log()[-3000:] for d in daemons)
+        assert took < 3.0, f"{follower} took {took:.1f} s to catch up\n{every_log}"
+        print(f"{follower} back in step {took:.2f} s after the loss ended")
+        stop.set()
+        feed.join(10)
+        merged = {n.name: config.data_dir_of(n) / "merged" for n in config.nodes}
+        report = check_merged(merged, {("trades", "pub-1"): ids}, timeout_s=60)
+        assert_clean(report, every_log)
+    finally:
+        stop.set()
         for d in daemons:
             d.stop()

@@ -113,3 +113,43 @@ def test_a_peer_is_named_by_the_one_common_name_of_its_verified_certificate(
     else:
         with pytest.raises(PeerRejectedError, match=outcome):
             common_name(cert)
+
+
+def test_a_dial_ends_with_an_error_within_its_limit_and_sets_the_unacked_limit() -> None:
+    """A dial to a listener that accepts nothing more (its queue is full, so SYNs go
+    unanswered) fails within the limit given, not after the kernel's SYN retries; a dial
+    that connects carries the unacknowledged-bytes limit asked for."""
+    from rt_appliance.transport.listen import dial_tcp, set_keepalive
+
+    async def run() -> tuple[float, int]:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen(0)
+            port = busy.getsockname()[1]
+            held = []
+            try:
+                for _ in range(4):  # fill the accept queue (length 0 holds one or two)
+                    s = socket.socket()
+                    s.setblocking(False)
+                    s.connect_ex(("127.0.0.1", port))
+                    held.append(s)
+                loop = asyncio.get_running_loop()
+                began = loop.time()
+                with pytest.raises(TimeoutError):
+                    (await dial_tcp("127.0.0.1", port, 0.3)).close()
+                took = loop.time() - began
+            finally:
+                for s in held:
+                    s.close()
+        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+        async with server:
+            sock = await dial_tcp("127.0.0.1", server.sockets[0].getsockname()[1], 1.0)
+            _, writer = await asyncio.open_connection(sock=sock)
+            set_keepalive(writer, 1.5)
+            limit = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+            writer.close()
+        return took, limit
+
+    took, limit = asyncio.run(run())
+    assert 0.25 < took < 0.9, took
+    assert limit == 1500

@@ -2,7 +2,8 @@
 
 Needs root. The namespace gets ``10.<a>.<b>.2`` and this side ``.1``; cutting the
 link (``cut``) takes the host-side interface down, as a pulled cable would: no
-packets, no resets; ``heal`` brings it back.
+packets, no resets; ``heal`` brings it back. ``drop_outgoing`` loses what the host
+sends and nothing it receives (a ``tc`` queue of length 0).
 """
 
 from __future__ import annotations
@@ -59,6 +60,15 @@ class NetnsHost:
 
     def heal(self) -> None:
         _ip("link", "set", self.host_if, "up")
+
+    def drop_outgoing(self) -> None:
+        """Lose every packet this host sends (its peers' still arrive): a one-way
+        partition, where the peers' TCP sees no acknowledgements and backs off."""
+        # a queue that holds nothing drops everything (netem may not be in the kernel)
+        self.exec_("tc", "qdisc", "add", "dev", self.ns_if, "root", "pfifo", "limit", "0")
+
+    def restore_outgoing(self) -> None:
+        self.exec_("tc", "qdisc", "del", "dev", self.ns_if, "root")
 
     def close(self) -> None:
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)

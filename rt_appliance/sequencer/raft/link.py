@@ -11,7 +11,7 @@ from pysyncobj.node import Node, TCPNode
 
 from rt_appliance import trace
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
-from rt_appliance.limits import RAFT_PEER_TIMEOUT_MIN_S
+from rt_appliance.limits import RAFT_PEER_TIMEOUT_MIN_S, RAFT_UNACKED_MIN_S
 from rt_appliance.sequencer.raft.journal import JOURNALS, SyncedJournal
 
 __all__ = ["Link", "address"]
@@ -29,6 +29,8 @@ class Link:
         self.timeout_s = max(
             RAFT_PEER_TIMEOUT_MIN_S, config.sequencer.raft_max_timeout_ms / 1000 * 3
         )
+        # sent bytes unacknowledged this long: the connection is dropped and dialled again
+        self.unacked_s = max(RAFT_UNACKED_MIN_S, config.sequencer.raft_max_timeout_ms / 1000)
         self.by_address = {address(config, n): n for n in config.nodes}
         self.refusals: collections.Counter[str] = collections.Counter()
         self.on_refused: Callable[[str], None] | None = None

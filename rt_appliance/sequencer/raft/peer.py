@@ -22,7 +22,7 @@ from rt_appliance.limits import (
     RAFT_DIAL_BACKOFF_MAX_S,
     RAFT_SEND_BUFFER_BYTES,
 )
-from rt_appliance.transport.listen import set_keepalive
+from rt_appliance.transport.listen import dial_tcp, set_keepalive
 from rt_appliance.transport.tls import peer_name
 
 if TYPE_CHECKING:
@@ -62,13 +62,19 @@ class Peer:
     async def _run(self) -> None:
         backoff = RAFT_DIAL_BACKOFF_FIRST_S
         while not self.stopping:
+            dialled = time.monotonic()
             try:
                 reader, writer = await self._connect()
-            except (OSError, ssl.SSLError, TimeoutError, RTError) as exc:
-                log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
+            except Exception as exc:  # whatever failed, the peer is dialled again
+                if isinstance(exc, OSError | ssl.SSLError | TimeoutError | RTError):
+                    log.debug("raft: cannot reach %s at %s:%d: %s", self.name, *self.address, exc)
+                else:
+                    log.exception("raft: dialling %s failed unexpectedly", self.name)
                 self._redial.clear()
                 try:
-                    async with asyncio.timeout(backoff):
+                    # dials start at most every backoff seconds: one that timed out
+                    # (a partition) has waited already, one refused at once waits here
+                    async with asyncio.timeout(backoff - (time.monotonic() - dialled)):
                         await self._redial.wait()
                     backoff = RAFT_DIAL_BACKOFF_FIRST_S
                 except TimeoutError:
@@ -93,12 +99,18 @@ class Peer:
                 self.transport.node_down(self.node)
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        unacked_s = self.transport.link.unacked_s
         async with asyncio.timeout(RAFT_CONNECT_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(
-                *self.address, ssl=self.transport.client_ctx, server_hostname=None
-            )
+            sock = await dial_tcp(*self.address, unacked_s)
+            try:
+                reader, writer = await asyncio.open_connection(
+                    sock=sock, ssl=self.transport.client_ctx, server_hostname=self.address[0]
+                )
+            except BaseException:
+                sock.close()
+                raise
         try:
-            set_keepalive(writer)
+            set_keepalive(writer, unacked_s)
             name = peer_name(writer.get_extra_info("ssl_object"))
             if name != self.name:
                 raise PeerRejectedError(

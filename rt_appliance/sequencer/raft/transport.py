@@ -270,7 +270,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         peer = writer.get_extra_info("peername") or ("?", 0)
         self._connections.add(writer)
         try:
-            set_keepalive(writer)
+            set_keepalive(writer, self.link.unacked_s)
             try:
                 name = peer_name(writer.get_extra_info("ssl_object"))
             except RTError as exc:

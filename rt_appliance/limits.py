@@ -165,6 +165,10 @@ FETCH_BYTES = 4 << 20
 FETCH_TIMEOUT_S, FETCHER_CLOSE_WAIT_S = 5.0, 5.0
 # A peer whose FETCH failed (no answer: paused, cut off) is asked last for this long.
 FETCH_PEER_PENALTY_S = 30.0
+# The wait for each FETCH of a leader planning from a peer's copy of an input: planning
+# waits for it, so a paused peer is given up on sooner, and the next peer asked; a peer
+# that failed so is not asked again for the second figure.
+PLAN_FETCH_TIMEOUT_S, PLAN_FETCH_PENALTY_S = 1.0, 5.0
 
 # -- Sequencer -------------------------------------------------------------------------
 

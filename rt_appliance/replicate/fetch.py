@@ -31,6 +31,7 @@ import logging
 import os
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,7 @@ __all__ = [
     "Fetched",
     "PeerFetcher",
     "fetch_dir",
+    "fetch_range",
     "read_part",
     "send_fetched",
 ]
@@ -168,6 +170,30 @@ def _optional_position(fields: dict[str, Any], key: str) -> Position | None:
     if key not in fields:
         raise FrameError(f"frame field {key!r} missing")
     return None if fields[key] is None else _position(fields, key)
+
+
+def fetch_range(
+    fetcher: PeerFetcher,
+    peer: str,
+    dir: str,
+    start: Position,
+    end: Position,
+    stopping: Callable[[], bool] = lambda: False,
+) -> bytes | None:
+    """The bytes [start, end) of one file of ``peer``'s ``dir``, in as many FETCHes as
+    the frame limit takes; None when the peer's copy lacks the file or ends before
+    ``end``. Raises :class:`RTError` when the peer fails, or once ``stopping()``."""
+    chunks: list[bytes] = []
+    at = start
+    while at < end:
+        if stopping():
+            raise RTError("stopping")
+        got = fetcher.fetch(peer, dir, at, end.offset - at.offset)
+        if got.missing or not got.data:
+            return None
+        chunks.append(got.data)
+        at = at.with_offset(at.offset + len(got.data))
+    return b"".join(chunks)[: end.offset - start.offset]
 
 
 # -- the server's side ---------------------------------------------------------------------

@@ -129,6 +129,13 @@ class _Metrics:
         self.fetched = _Total(
             Counter("rt_sequencer_fetched_inputs", "Merges built from peers' input", registry=r)
         )
+        self.planned_from_peers = _Total(
+            Counter(
+                "rt_sequencer_planned_from_peers",
+                "Ranges this leader planned from a peer's copy of an input (its own lacked them)",
+                registry=r,
+            )
+        )
         self.repaired_inputs = _Total(
             Counter(
                 "rt_sequencer_repaired_inputs",
@@ -257,6 +264,7 @@ class Sequencer:
             self.raft,
             self.wake,
             behind=lambda why: self.fitness.failed("input_behind", why),
+            fetcher=self.fetcher,
         )
         self.machine.listeners.append(self.wake)
         self.raft.on_settled = self.wake  # a new leader plans once its log is applied
@@ -461,12 +469,14 @@ class Sequencer:
                 continue  # an unfit leader plans nothing: its followers catch up, one leads
             if inline:
                 made = self.planner.step(INLINE_PLAN_BYTES)
-                if self.planner.cut_short:
+                if self.planner.cut_short or self.planner.wants_fetch:
                     inline = False
                     self._wake.set()  # the rest in a worker thread, at once
-            else:
-                made = await asyncio.to_thread(self.planner.step)
-                inline = self.planner.read_bytes < INLINE_PLAN_BYTES
+            else:  # there, it may also read a peer's copy of an input its own lacks
+                made = await asyncio.to_thread(self.planner.step, None, True)
+                inline = self.planner.read_bytes < INLINE_PLAN_BYTES and not (
+                    self.planner.from_peers_in_step
+                )
             if made:
                 self.metrics.proposed.inc(made)
 
@@ -523,6 +533,7 @@ class Sequencer:
             m.rejected.follow(self.machine.state.rejected)
             m.halted.set(1 if self.merger.halted else 0)
             m.fetched.follow(self.merger.fetched_inputs)
+            m.planned_from_peers.follow(self.planner.from_peers)
             m.repaired_inputs.follow(self.merger.repaired_inputs)
             m.copied.follow(self.merger.copied_records)
             m.scrub_damaged.follow(self.merger.scrubber.damaged)
@@ -679,6 +690,7 @@ class Sequencer:
             "apply_errors": self.raft.apply_errors,
             "mismatches": self.merger.mismatches,
             "fetched_inputs": self.merger.fetched_inputs,
+            "planned_from_peers": self.planner.from_peers,
             "repaired_inputs": self.merger.repaired_inputs,
             "copied_records": self.merger.copied_records,
             "scrub": {

@@ -26,7 +26,14 @@ from rt_appliance.log.scan import Stop, scan
 from rt_appliance.log.segments import ListingCache, StreamFile, list_files
 from rt_appliance.position import Position
 
-__all__ = ["InputDir", "Inputs", "Records", "filter_records"]
+__all__ = [
+    "InputDir",
+    "Inputs",
+    "Records",
+    "filter_records",
+    "first_record_bytes",
+    "whole_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +169,7 @@ class InputDir:
                 found = scan(buf, 0, UNBOUNDED_SCAN_RECORDS, decode=False, verify=verify)
                 if found.stop_offset == 0:
                     if found.stop is Stop.NEED_MORE and len(buf) >= INPUT_SCAN_BYTES:
-                        length = RECORD_HEADER.size + _record_length(buf)
+                        length = first_record_bytes(buf)
                         buf = os.pread(fd, length, end)
                         found = scan(buf, 0, 1, decode=False, verify=verify)
                     if found.stop_offset == 0:
@@ -242,26 +249,15 @@ class InputDir:
         room = stop - start.offset
         try:
             buf = os.pread(fd, min(room, max_bytes), start.offset)
-            found = scan(buf, 0, UNBOUNDED_SCAN_RECORDS, payloads=False)
-            if not found.offsets and room > max_bytes:  # one record larger than max_bytes
-                length = RECORD_HEADER.size + _record_length(buf)
+            records = whole_records(start, buf)
+            if records is None and room > max_bytes:  # one record larger than max_bytes
+                length = first_record_bytes(buf)
                 if length > room:  # never past the limit: what a majority holds ends there
                     return None
-                buf = os.pread(fd, length, start.offset)
-                found = scan(buf, 0, 1, payloads=False)
+                records = whole_records(start, os.pread(fd, length, start.offset))
         finally:
             os.close(fd)
-        if not found.offsets:
-            return None
-        data = buf[: found.stop_offset]
-        return Records(
-            start,
-            start.with_offset(start.offset + found.stop_offset),
-            data,
-            found.ids,
-            found.offsets,
-            found.timestamps_ns[0],
-        )
+        return records
 
     def read_exact(self, start: Position, end: Position) -> bytes | None:
         """The bytes [start, end) of one file if this node holds them all."""
@@ -356,5 +352,23 @@ def _end_of(f: StreamFile) -> Position:
         return Position(0)
 
 
-def _record_length(buf: bytes) -> int:
-    return int.from_bytes(buf[4:8], "little") if len(buf) >= 8 else 0
+def whole_records(start: Position, buf: bytes) -> Records | None:
+    """The whole, CRC-checked records at the head of ``buf`` (bytes of an input file
+    from ``start``); None if not even one is whole."""
+    found = scan(buf, 0, UNBOUNDED_SCAN_RECORDS, payloads=False)
+    if not found.offsets:
+        return None
+    return Records(
+        start,
+        start.with_offset(start.offset + found.stop_offset),
+        buf[: found.stop_offset],
+        found.ids,
+        found.offsets,
+        found.timestamps_ns[0],
+    )
+
+
+def first_record_bytes(buf: bytes) -> int:
+    """The size of the record ``buf`` starts with, as its header says (header included)."""
+    length = int.from_bytes(buf[4:8], "little") if len(buf) >= 8 else 0
+    return RECORD_HEADER.size + length

@@ -40,7 +40,7 @@ from rt_appliance.log.format import RangeHeader, encode_range
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import scan
 from rt_appliance.position import Position
-from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.replicate.fetch import PeerFetcher, fetch_range
 from rt_appliance.sequencer.fitness import is_write_failure
 from rt_appliance.sequencer.inputs import InputDir, Inputs, Records, filter_records
 from rt_appliance.sequencer.machine import Committed, SequencerMachine
@@ -378,23 +378,12 @@ class Merger:
     def _fetch_exact(
         self, peer: str, directory: str, start: Position, end: Position
     ) -> bytes | None:
-        chunks: list[bytes] = []
-        at = start
         try:
-            while at < end:
-                if self._stop.is_set():  # stopping: the instruction is carried out on restart
-                    raise RTError("the merger is stopping")
-                got = self.fetcher.fetch(peer, directory, at, end.offset - at.offset)
-                if got.missing or not got.data:
-                    return None
-                chunks.append(got.data)
-                at = at.with_offset(at.offset + len(got.data))
-        except RTError as exc:
+            return fetch_range(self.fetcher, peer, directory, start, end, self._stop.is_set)
+        except RTError as exc:  # stopping: the instruction is carried out on restart
             log.info("merger: fetch of %s from %s failed: %s", directory, peer, exc)
             self._failed_until[peer] = time.monotonic() + FETCH_PEER_PENALTY_S
             return None
-        data = b"".join(chunks)
-        return data[: end.offset - start.offset]
 
     # -- copying a stretch of merged log (after a snapshot) ---------------------------
 

@@ -19,6 +19,14 @@ a copy cut short (damage, a bad disk) looks just like a whole file that ended ea
 and moving on from it would drop the records past the cut from the merged log. A
 leader whose copy is short, or lacks a file, waits, and after a while hands over
 (``behind``) to a node that holds it whole.
+
+Until then it does not stand still: once its own copy of an input has lacked what a
+majority holds for ``fetch_after_ms`` (its push server is down, or publishers cannot
+reach it), it reads the records from a peer that holds them (FETCH from the peer's
+``in/``, every record's CRC checked), in a step on a worker thread, never on the event
+loop. A file's end is crossed on a peer's copy under the same rule as on its own: a
+majority's copies of the file are known to end there. Its merger then builds those
+records from the peers' bytes too, as a follower's does.
 """
 
 from __future__ import annotations
@@ -33,9 +41,17 @@ from functools import partial
 from rt_appliance import trace
 from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
-from rt_appliance.limits import LEADER_INPUT_BEHIND_S
+from rt_appliance.errors import RTError
+from rt_appliance.limits import (
+    LEADER_INPUT_BEHIND_S,
+    MAX_FILE_HEADER_BYTES,
+    PLAN_FETCH_PENALTY_S,
+    PLAN_FETCH_TIMEOUT_S,
+)
+from rt_appliance.log.format import decode_file_header
 from rt_appliance.position import Position
-from rt_appliance.sequencer.inputs import Inputs
+from rt_appliance.replicate.fetch import Fetched, PeerFetcher, fetch_range
+from rt_appliance.sequencer.inputs import Inputs, Records, first_record_bytes, whole_records
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.raft import RaftNode
@@ -64,7 +80,10 @@ class Planner:
         raft: RaftNode,
         wake: Callable[[], None],
         behind: Callable[[str], None] | None = None,
+        fetcher: PeerFetcher | None = None,
     ) -> None:
+        """``behind(why)``: this leader's own copy lacks what a majority holds (it should
+        hand over); ``fetcher``: reads a peer's copy meanwhile (None: it waits)."""
         self.config, self.node_name = config, node_name
         self.machine, self.inputs, self.raft, self.wake = machine, inputs, raft, wake
         self._lock = threading.Lock()
@@ -86,6 +105,15 @@ class Planner:
         self._behind_since: dict[str, float] = {}  # input -> since when
         seq = config.sequencer
         self._behind_after_s = max(LEADER_INPUT_BEHIND_S, seq.fetch_after_ms / 1000)
+        self.fetcher = fetcher
+        self._fetch_after_s = seq.fetch_after_ms / 1000
+        self.may_fetch = False  # set for a step on a worker thread: it may ask peers
+        self.wants_fetch = False  # the last step left input a peer could give to such a step
+        self.from_peers = 0  # ranges proposed from a peer's copy
+        self.from_peers_in_step = False  # the last step planned some
+        self._peer_told: set[str] = set()  # inputs whose peer reads were logged this term
+        self._failed_until: dict[str, float] = {}  # peer -> not asked until then
+        self._from_peer: dict[str, Records] = {}  # input -> records last read from a peer
 
     def report(
         self, node: str, extents: dict[str, int], ends: dict[str, list[int]] | None = None
@@ -101,18 +129,22 @@ class Planner:
         with self._lock:
             return dict(self._reports)
 
-    def step(self, budget_bytes: int | None = None) -> int:
+    def step(self, budget_bytes: int | None = None, may_fetch: bool = False) -> int:
         """Propose what can be proposed now; returns how many proposals were made.
 
         With ``budget_bytes`` the step stops once its proposals cover that many input
         bytes, and :attr:`cut_short` says it did (what is left waits for the next step).
-        :attr:`read_bytes` is how many input bytes the step's proposals covered.
+        :attr:`read_bytes` is how many input bytes the step's proposals covered. With
+        ``may_fetch`` (a step on a worker thread) it may read a peer's copy of an input
+        this node's own copy lacks; without, :attr:`wants_fetch` says a step with it
+        would plan more.
 
         The lock is held only to read and update the bookkeeping, never while input is
         read and records are built: reports and raft's callbacks (on the event loop)
         take the same lock, and must not wait for a step.
         """
-        self.read_bytes, self.cut_short = 0, False
+        self.read_bytes, self.cut_short, self.wants_fetch = 0, False, False
+        self.may_fetch, self.from_peers_in_step = may_fetch, False
         if not self.raft.is_leader():
             with self._lock:
                 self._spec = None
@@ -128,6 +160,8 @@ class Planner:
                 self._epoch += 1
                 self._behind_since.clear()  # nor how long an earlier one lacked input
                 self._short.clear()
+                self._peer_told.clear()
+                self._from_peer.clear()
             if self._spec is None:
                 if self._inflight:
                     return 0
@@ -142,6 +176,10 @@ class Planner:
             if merge is None:
                 break
             trace.event("planned", merge.dir, merge.end)
+            read = self._from_peer.get(merge.dir)
+            if read is not None and int(read.start) == merge.start:
+                self.from_peers += 1
+                self.from_peers_in_step = True
             command = merge.encode()
             with self._lock:
                 if self._spec is not spec:  # a proposal failed meanwhile: replan next step
@@ -185,6 +223,176 @@ class Planner:
                 )
                 self.behind(f"{name}: {why}, for {now - since:.1f} s")
 
+    def _records(
+        self,
+        name: str,
+        spec: SequencerState,
+        reports: dict[str, dict[str, int]],
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Records | None:
+        """The records of ``name`` to merge next, below what a majority holds: from this
+        node's copy, else, once it has lacked them ``fetch_after_ms``, from a peer's."""
+        known = spec.inputs.get(name)
+        start = Position(known) if known is not None else None
+        held = self._majority(name, reports)
+        if start is not None and held <= start:
+            return None
+        records = self._own_records(name, start, held, ends)
+        if records is None and self._peer_read_due(name):
+            records = self._peer_records(name, start, held, reports, ends)
+        return records
+
+    def _own_records(
+        self,
+        name: str,
+        start: Position | None,
+        held: Position,
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Records | None:
+        source = self.inputs.get(name)
+        pos = start if start is not None else source.first_record()
+        if pos is None or held <= pos:
+            return None
+        self._short.pop(name, None)
+        if held.file_key > pos.file_key:
+            end = source.file_end(pos)
+            if end is None:
+                self._short[name] = (
+                    f"this node lacks the file of {pos.format()}, which a majority holds"
+                )
+                return None
+            if pos.offset >= end:
+                ended = Position.of(pos.session, pos.roll, end)
+                problem = self._end_disputed(name, ended, ends)
+                if problem is not None:
+                    self._short[name] = problem
+                    return None
+                nxt = source.next_file_start(pos)
+                if nxt is None or held <= nxt:
+                    return None
+                pos = nxt
+        records = source.read(pos, held, self.config.sequencer.max_range_bytes)
+        if records is None and held.file_key > pos.file_key:  # a whole file on a majority
+            self._short[name] = f"this node's copy holds no whole record at {pos.format()}"
+        return records
+
+    def _peer_read_due(self, name: str) -> bool:
+        """Whether this node's own copy of ``name`` has lacked what a majority holds for
+        ``fetch_after_ms``, so that a peer's copy is read (by a step that may fetch)."""
+        since = self._behind_since.get(name)
+        if self.fetcher is None or since is None:
+            return False
+        if time.monotonic() - since < self._fetch_after_s:
+            return False
+        if not self.may_fetch:
+            self.wants_fetch = True
+            return False
+        return True
+
+    def _peer_records(
+        self,
+        name: str,
+        start: Position | None,
+        held: Position,
+        reports: dict[str, dict[str, int]],
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Records | None:
+        """Read the records from the peers holding most of ``name``, one after another
+        (not one that failed in the last ``PLAN_FETCH_PENALTY_S``), until one gives them."""
+        read = self._from_peer.get(name)  # read for this step's previous proposal
+        if read is not None and read.start == start and read.end <= held:
+            return read
+        floor = start if start is not None else Position(0)
+        now = time.monotonic()
+        peers = [
+            p
+            for p, r in reports.items()
+            if p != self.node_name and r.get(name, 0) > floor and self._failed_until.get(p, 0) < now
+        ]
+        peers.sort(key=lambda p: -reports[p][name])
+        for peer in peers:
+            try:
+                records = self._read_peer(peer, name, start, held, ends)
+            except RTError as exc:
+                log.info("planner: reading in/%s from %s failed: %s", name, peer, exc)
+                self._failed_until[peer] = time.monotonic() + PLAN_FETCH_PENALTY_S
+                continue
+            if records is not None:
+                self._from_peer[name] = records
+                if name not in self._peer_told:
+                    self._peer_told.add(name)
+                    at = records.start
+                    log.warning(
+                        "planner: planning %s from %s's copy from log.%d.%d offset %d on: "
+                        "this node's own copy lacks what a majority holds",
+                        name,
+                        peer,
+                        at.session,
+                        at.roll,
+                        at.offset,
+                    )
+                return records
+        return None
+
+    def _read_peer(
+        self,
+        peer: str,
+        name: str,
+        start: Position | None,
+        held: Position,
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Records | None:
+        """The whole records of ``peer``'s copy of ``name`` from ``start`` (None: from its
+        oldest file), below ``held``; at most one file's end is crossed, as a majority's
+        copies of that file agree."""
+        directory, most = f"in/{name}", self.config.sequencer.max_range_bytes
+        if start is None:  # nothing of it merged yet
+            oldest = self._fetch(peer, directory, Position(0), 0).oldest
+            start = None if oldest is None else self._first_record(peer, directory, oldest)
+            if start is None or held <= start:
+                return None
+        got = self._fetch(peer, directory, start, most)
+        if got.missing:
+            return None
+        if not got.data:  # the peer's copy of that file ends here
+            if got.next_file is None or got.file_size != start.offset:
+                return None
+            if held.file_key <= start.file_key:
+                return None
+            problem = self._end_disputed(name, start, ends, f"{peer}'s")
+            if problem is not None:
+                self._short[name] = problem
+                return None
+            start = self._first_record(peer, directory, got.next_file)
+            if start is None or held <= start:
+                return None
+            got = self._fetch(peer, directory, start, most)
+            if got.missing or not got.data:
+                return None
+        stop = held.offset if held.file_key == start.file_key else got.file_size
+        data = got.data[: max(0, stop - start.offset)]
+        records = whole_records(start, data)
+        length = first_record_bytes(data)
+        if records is None and len(data) < length <= stop - start.offset:  # a large record
+            assert self.fetcher is not None
+            whole = fetch_range(
+                self.fetcher, peer, directory, start, start.with_offset(start.offset + length)
+            )
+            records = None if whole is None else whole_records(start, whole)
+        return records
+
+    def _first_record(self, peer: str, directory: str, file_start: Position) -> Position | None:
+        """Where the records of ``peer``'s file at ``file_start`` begin (after its header)."""
+        got = self._fetch(peer, directory, file_start, MAX_FILE_HEADER_BYTES)
+        header = decode_file_header(got.data) if got.data else None
+        if header is None or isinstance(header, str):
+            return None
+        return file_start.with_offset(header.header_bytes)
+
+    def _fetch(self, peer: str, directory: str, at: Position, most: int) -> Fetched:
+        assert self.fetcher is not None
+        return self.fetcher.fetch(peer, directory, at, most, PLAN_FETCH_TIMEOUT_S)
+
     def _done(self, epoch: int, accepted: bool, why: str) -> None:
         with self._lock:
             if epoch != self._epoch:
@@ -199,15 +407,21 @@ class Planner:
         self.wake()
 
     def _end_disputed(
-        self, name: str, end: Position, ends: dict[str, dict[str, list[int]] | None]
+        self,
+        name: str,
+        end: Position,
+        ends: dict[str, dict[str, list[int]] | None],
+        whose: str = "this node's",
     ) -> str | None:
-        """Why the plan cannot move past ``end``, where this node's copy of a file of
-        ``name`` ends, or None once a majority's copies of it are known, none longer.
+        """Why the plan cannot move past ``end``, where ``whose`` copy of a file of
+        ``name`` ends (this node's, or a peer's read for it), or None once a majority's
+        copies of it are known, none longer.
 
         A copy is cut short by damage, never made longer, so the longest copy known is
         the file as written; and whatever a publisher was told is held, a majority
         held: some node of any majority still holds it, unless damage took it since."""
-        known = 1  # this node's own copy
+        own = whose == "this node's"
+        known = 1 if own else 0  # this node's own copy, when it is the one read
         for node, said in sorted(ends.items()):
             if node == self.node_name:
                 continue
@@ -220,7 +434,7 @@ class Planner:
                 continue  # it lacks that file, or is still writing it: not known
             if same[0].offset > end.offset:
                 return (
-                    f"this node's copy of that file ends at {end.format()}, {node}'s "
+                    f"{whose} copy of that file ends at {end.format()}, {node}'s "
                     f"at {same[0].format()}"
                 )
             known += 1
@@ -228,7 +442,7 @@ class Planner:
         if known > nodes // 2:
             return None
         return (
-            f"this node's copy of that file ends at {end.format()}; only {known} of "
+            f"{whose} copy of that file ends at {end.format()}; only {known} of "
             f"{nodes} nodes' copies of it are known"
         )
 
@@ -244,39 +458,10 @@ class Planner:
         ends: dict[str, dict[str, list[int]] | None],
     ) -> Merge | Skip | None:
         best = None
-        for name in self.inputs.names():
-            source = self.inputs.get(name)
-            known = spec.inputs.get(name)
-            pos = Position(known) if known is not None else source.first_record()
-            if pos is None:
-                continue
-            held = self._majority(name, reports)
-            if held <= pos:
-                continue
-            self._short.pop(name, None)
-            if held.file_key > pos.file_key:
-                end = source.file_end(pos)
-                if end is None:
-                    self._short[name] = (
-                        f"this node lacks the file of {pos.format()}, which a majority holds"
-                    )
-                    continue
-                if pos.offset >= end:
-                    ended = Position.of(pos.session, pos.roll, end)
-                    problem = self._end_disputed(name, ended, ends)
-                    if problem is not None:
-                        self._short[name] = problem
-                        continue
-                    nxt = source.next_file_start(pos)
-                    if nxt is None or held <= nxt:
-                        continue
-                    pos = nxt
-            records = source.read(pos, held, self.config.sequencer.max_range_bytes)
-            if records is None:
-                if held.file_key > pos.file_key:  # a whole file on a majority: damaged here
-                    self._short[name] = f"this node's copy holds no whole record at {pos.format()}"
-                continue
-            if best is None or records.first_ts < best[0]:
+        names = set(self.inputs.names()).union(*(r.keys() for r in reports.values()))
+        for name in sorted(names):
+            records = self._records(name, spec, reports, ends)
+            if records is not None and (best is None or records.first_ts < best[0]):
                 best = (records.first_ts, name, records)
         if best is None:
             return None

@@ -1,15 +1,19 @@
-"""A leader whose own copy of an input lacks what a majority holds hands over.
+"""A leader whose own copy of an input lacks what a majority holds plans from a peer's
+copy at once, then hands over.
 
 The leader plans merges from its own copy of the inputs. Here the publishers cannot
 reach the leader's push port (their configuration names an address where nothing
-listens for it), so only the followers receive the input: the leader is unfit to lead
-after ``LEADER_INPUT_BEHIND_S``, hands its leadership to a follower, merging goes on,
-and the old leader builds the merged records from its peers' input bytes, so every
-node ends with the same merged log.
+listens for it), so only the followers receive the input. After ``fetch_after_ms`` the
+leader plans from a follower's copy (merging goes on while it still leads); it is unfit
+to lead after ``LEADER_INPUT_BEHIND_S``, hands its leadership to a follower, merging
+goes on, and the old leader builds the merged records from its peers' input bytes, so
+every node ends with the same merged log.
 """
 
 from __future__ import annotations
 
+import re
+import time
 import urllib.request
 
 import pytest
@@ -33,7 +37,10 @@ def test_a_leader_without_its_own_copy_of_the_input_hands_over(local_stream) -> 
     for pub in stream.config.publishers:  # the publishers reach every node but the leader
         stream.set_view(pub.name, nodes)
         stream.publisher_daemon(pub.name).start()
+    began = time.monotonic()
     feeds = [Feed(stream, "pub-1", "trades").start(300), Feed(stream, "pub-2", "quotes").start(300)]
+    wait_until(lambda: committed_seq(stream, old) > 0, 30, "a first merge")
+    print(f"first merge committed {time.monotonic() - began:.2f} s after publishing began")
 
     new = stream.wait_leader(30.0, not_in=[old])
     before = committed_seq(stream, new)
@@ -45,6 +52,12 @@ def test_a_leader_without_its_own_copy_of_the_input_hands_over(local_stream) -> 
     url = f"http://{node.host}:{stream.config.ports.sequencer_metrics}/metrics"
     metrics = urllib.request.urlopen(url, timeout=10).read().decode()
     assert 'rt_sequencer_stepped_down_total{cause="input_behind"} 1.0' in metrics, metrics
+    # merging went on before the hand-over: planned from the followers' copies
+    planning = re.search(r"planner: planning \S+ from rt-\d's copy", log_text)
+    assert planning is not None, log_text
+    assert planning.start() < log_text.index("stepping down as leader"), log_text
+    planned = re.search(r"^rt_sequencer_planned_from_peers_total (\S+)$", metrics, re.M)
+    assert planned is not None and float(planned.group(1)) > 0, metrics
 
     for f in feeds:
         f.stop()

@@ -257,3 +257,35 @@ def test_a_snapshot_is_put_in_place_synced_before_and_after(
     )
     assert (tmp_path / "raft.snapshot").read_text() == "new"
     assert synced == [str(tmp_path / "raft.snapshot.1.tmp"), str(tmp_path)]
+
+
+def test_a_term_the_journal_cannot_record_is_not_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk is full when a higher term arrives: the vote file cannot be written. The
+    node stays in its recorded term (as if the message had never come), and a leader
+    steps down all the same. pysyncobj alone kept the new term in memory and went on
+    leading in it, beside the node elected in it (``rt chaos``, seed 149131534)."""
+    node, leader, receive = _follower(tmp_path)
+    obj = node._obj
+    try:
+        receive(leader, _append(1, 0, [(2, 1)], commit=1))
+        assert obj._SyncObj__raftCurrentTerm == 1
+
+        def full(vote: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(node._link.journal().votes, "save", full)
+        with pytest.raises(OSError):
+            receive(leader, {"type": "request_vote", "term": 5, "last_log_index": 9,
+                             "last_log_term": 4})  # fmt: skip
+        assert (obj._SyncObj__raftCurrentTerm, obj._SyncObj__votedForNodeId) == (1, None)
+
+        obj._SyncObj__raftState = pysyncobj.syncobj._RAFT_STATE.LEADER  # as if it led term 1
+        with pytest.raises(OSError):
+            receive(leader, _append(2, 1, [(3, 6)], commit=2))  # a leader of term 6
+        assert obj._SyncObj__raftCurrentTerm == 1
+        assert obj._SyncObj__raftState == pysyncobj.syncobj._RAFT_STATE.FOLLOWER
+        assert [tuple(e)[1:] for e in node._link.journal()][-1] == (2, 1)  # nothing taken
+    finally:
+        node.destroy()

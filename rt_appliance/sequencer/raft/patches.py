@@ -11,7 +11,10 @@ pysyncobj is the raft library; :func:`install` replaces, module-wide and once:
 * the rename that puts a snapshot in place (``pysyncobj.serializer.atomicReplace``), its
   own or one received from the leader, with :func:`.journal.durable_replace`: synced
   before and after, so a power loss never leaves an empty snapshot behind a journal
-  pysyncobj has already emptied.
+  pysyncobj has already emptied;
+* ``SyncObj.__setCurrentTerm``, with :func:`_term_recorded_or_unchanged`: pysyncobj sets
+  the term and vote in memory before the journal records them, so when recording fails
+  (a full disk) the node went on in a term it never recorded, in the role it had.
 
 :data:`PRIVATE_ATTRIBUTES` lists every private name of pysyncobj this package reads or
 sets; :func:`check` fails with a clear error when a pysyncobj release lacks one, so an
@@ -21,7 +24,9 @@ an election.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import pysyncobj
@@ -56,6 +61,8 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "_SyncObj__transferInProgress",
         "_SyncObj__transport",
         "_SyncObj__setCurrentTerm",
+        "_SyncObj__setState",
+        "_SyncObj__raftCurrentTerm",
         "_SyncObj__votedForNodeId",
         "_SyncObj__getCurrentLogIndex",
         "_SyncObj__getCurrentLogTerm",
@@ -102,10 +109,43 @@ def install() -> None:
     _syncobj.createJournal = create_journal
     _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full
     _serializer.atomicReplace = durable_replace  # snapshots, ours and the leader's
+    sync_obj = _syncobj.SyncObj
+    sync_obj._SyncObj__setCurrentTerm = _term_recorded_or_unchanged(
+        sync_obj._SyncObj__setCurrentTerm
+    )
     # The journal cuts only a conflicting tail (SyncedJournal.deleteEntriesFrom) and says
     # so itself; pysyncobj's alarm before every cut it asks for would be false.
     logging.getLogger(_syncobj.__name__).addFilter(_no_false_truncation_alarm)
     _installed = True
+
+
+def _term_recorded_or_unchanged(set_current_term: Callable[..., None]) -> Callable[..., None]:
+    """pysyncobj's ``__setCurrentTerm``, undone when the journal cannot record the term.
+
+    pysyncobj sets the term and vote in memory, then hands them to the journal. When the
+    journal raises (a full disk), the message or tick that asked ends with the error,
+    but the new term stayed in memory, and the step that should follow (a leader that
+    learns of a higher term becomes a follower) never ran: a leader went on leading in
+    a term another node was elected in, and its appends replaced committed entries on
+    a follower (``rt chaos``, seed 149131534, a leader whose disk filled). Now the term
+    and vote are put back, as if the message had never come, and a leader that learned
+    of a higher term steps down all the same (a leader may always stop leading): it
+    stays a follower in its recorded term until its disk has room.
+    """
+
+    @functools.wraps(set_current_term)
+    def set_or_undo(obj: Any, term: int, voted_for: str | None) -> None:
+        before = (obj._SyncObj__raftCurrentTerm, obj._SyncObj__votedForNodeId)
+        try:
+            set_current_term(obj, term, voted_for)
+        except BaseException:
+            obj._SyncObj__raftCurrentTerm, obj._SyncObj__votedForNodeId = before
+            if term > before[0] and obj._SyncObj__raftState == _syncobj._RAFT_STATE.LEADER:
+                obj._SyncObj__raftLeader = None
+                obj._SyncObj__setState(_syncobj._RAFT_STATE.FOLLOWER)
+            raise
+
+    return set_or_undo
 
 
 def _no_false_truncation_alarm(record: logging.LogRecord) -> bool:

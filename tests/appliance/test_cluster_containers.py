@@ -10,7 +10,8 @@ nothing is lost, duplicated or reordered; every merged log ends byte-identical.
 A second walk upgrades the three nodes one at a time to the same sources packaged as
 the next version (docs/OPERATIONS.md, "Rolling upgrade"), with a publisher at 1,000
 msg/s and a subscriber following: every message once, in order, delivery never
-standing still for long, `rt status` showing the new release everywhere.
+standing still for long, `rt status` showing the new release everywhere. Others
+rebuild a node from an empty disk, and grow the stream to five nodes and back.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import yaml
 
 from rt_appliance.certs import init_for_config
 from rt_appliance.config import StreamConfig, load_config
-from rt_appliance.nodestatus import NodeStatus, gather_status, leader_of
+from rt_appliance.nodestatus import Answer, NodeStatus, gather_status, leader_of
 from rt_appliance.position import Position
 from rt_appliance.publish import Publisher
 from rt_appliance.subscribe import Subscriber
@@ -68,19 +69,23 @@ class Cluster:
         self.config_path = work / "rt.yaml"
         self.config: StreamConfig | None = None
 
-    def write_config(self) -> StreamConfig:
+    def write_config(self, nodes: list[str] = NODES) -> StreamConfig:
+        """``rt.yaml`` with ``nodes`` (the first hosts, in order); the first time, the CA
+        and every host's certificate (later hosts need ``rt certs issue``)."""
         edge = {"data_dir": str(self.work / "{name}"), "tls_dir": str(self.work / "tls")}
         doc = {
             "stream": "cluster",
             "nodes": [
-                {"name": n, "host": h.address} for n, h in zip(NODES, self.hosts, strict=True)
+                {"name": n, "host": h.address}
+                for n, h in zip(nodes, self.hosts[: len(nodes)], strict=True)
             ],
             "publishers": [{"name": "pub-1", "host": "127.0.0.1", "topics": ["ticks"], **edge}],
             "subscribers": [{"name": "sub-1", "host": "127.0.0.1", **edge}],
         }
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
         self.config = load_config(self.config_path)
-        init_for_config(self.config, self.work / "tls", days=30, force=False)
+        if not (self.work / "tls" / "ca.crt").exists():
+            init_for_config(self.config, self.work / "tls", days=30, force=False)
         return self.config
 
     def set_up_node(self, name: str, host: NetnsHost) -> Container:
@@ -104,7 +109,7 @@ class Cluster:
         """Every node set up and started as docs/OPERATIONS.md says, a leader elected, and
         the publisher's push client and the subscriber's pull client running here."""
         config = self.write_config()
-        for name, host in zip(NODES, self.hosts, strict=True):
+        for name, host in zip(NODES, self.hosts[: len(NODES)], strict=True):
             self.set_up_node(name, host)
         for name in NODES:
             self.containers[name].run("systemctl", "enable", "--now", *NODE_UNITS, timeout_s=200)
@@ -139,11 +144,22 @@ class Cluster:
 
 @pytest.fixture()
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three hosts for nodes (network namespaces), their containers made on demand."""
+    yield from _hosts(tmp_path, len(NODES))
+
+
+@pytest.fixture()
+def five_hosts(tmp_path: Path) -> Iterator[Cluster]:
+    """Five hosts: a stream of three, and two more to grow it."""
+    yield from _hosts(tmp_path, 5)
+
+
+def _hosts(tmp_path: Path, count: int) -> Iterator[Cluster]:
     package(1)
     forwarding = enable_forwarding()
     made = Cluster(tmp_path)
     try:
-        for tag in (31, 32, 33):
+        for tag in range(31, 31 + count):
             host = NetnsHost(tag)
             made.hosts.append(host)
             host.route_via_host()
@@ -190,10 +206,7 @@ def test_three_containers_carry_a_stream_and_survive_the_leader_stopping(
 
     # The old leader comes back and catches up; every merged log is the same bytes.
     cluster.containers[old].run("systemctl", "start", "rt-sequencer", timeout_s=200)
-    wait_for(
-        lambda: len({repr(sorted(cluster.merged(n).items())) for n in NODES}) == 1,
-        "byte-identical merged logs on all three nodes",
-    )
+    _identical(cluster, NODES)
     assert delivered() == sent
     assert len(set(sent)) == 400
     for name in NODES:
@@ -278,7 +291,42 @@ class Arrivals(_Background):
         return max(b - a for a, b in itertools.pairwise(points))
 
 
-def _statuses(config: StreamConfig) -> dict[str, object]:
+@contextlib.contextmanager
+def _publishing(config: StreamConfig) -> Iterator[tuple[PacedPublisher, Arrivals]]:
+    """A publisher at 1,000 msg/s and the subscriber's copy followed, from once the
+    subscriber receives; on leaving, publishing stops and every message sent must arrive
+    once, in order."""
+    copy = config.data_dir_of(config.subscriber("sub-1")) / "sub" / "cluster"
+    publisher = PacedPublisher(config.data_dir_of(config.publisher("pub-1")) / "pub", 1000)
+    arrivals = Arrivals(copy).start()
+    publisher.start()
+    try:
+        try:
+            wait_for(lambda: len(arrivals.payloads) > 2000, "the subscriber receiving")
+            yield publisher, arrivals
+        finally:
+            publisher.stop()
+        wait_for(lambda: arrivals.payloads == publisher.sent, "every message, once, in order")
+        assert len(set(publisher.sent)) == len(publisher.sent)
+    finally:
+        arrivals.stop()
+
+
+def _identical(cluster: Cluster, nodes: list[str]) -> None:
+    wait_for(
+        lambda: len({repr(sorted(cluster.merged(n).items())) for n in nodes}) == 1,
+        f"byte-identical merged logs on {', '.join(nodes)}",
+    )
+
+
+def _rt(*args: str) -> None:
+    """An ``rt`` command on this machine, where the operator keeps the CA."""
+    subprocess.run(
+        [sys.executable, "-m", "rt_appliance.cli", *args], check=True, capture_output=True
+    )
+
+
+def _statuses(config: StreamConfig) -> dict[str, Answer]:
     return asyncio.run(gather_status(config, "sub-1", 5.0))
 
 
@@ -288,23 +336,18 @@ def test_a_rolling_upgrade_under_load_delivers_everything_once(cluster: Cluster)
     new_version = _next_version(SOURCE_VERSION)
     new_deb = package(1, version=new_version)
     config = cluster.start_stream()
-    copy = config.data_dir_of(config.subscriber("sub-1")) / "sub" / "cluster"
-    publisher = PacedPublisher(config.data_dir_of(config.publisher("pub-1")) / "pub", 1000)
-    arrivals = Arrivals(copy).start()
-    publisher.start()
-    try:
-        wait_for(lambda: len(arrivals.payloads) > 2000, "the subscriber receiving")
 
-        def back(name: str) -> bool:  # on the new release, in step, and a leader named
-            answers = _statuses(config)
-            node = answers.get(name)
-            return (
-                isinstance(node, NodeStatus)
-                and node.software == new_version
-                and node.role in ("leader", "follower")
-                and leader_of(answers) is not None
-            )
+    def back(name: str) -> bool:  # on the new release, in step, and a leader named
+        answers = _statuses(config)
+        node = answers.get(name)
+        return (
+            isinstance(node, NodeStatus)
+            and node.software == new_version
+            and node.role in ("leader", "follower")
+            and leader_of(answers) is not None
+        )
 
+    with _publishing(config) as (publisher, arrivals):
         began = time.monotonic()
         took: dict[str, float] = {}
         upgraded: list[str] = []
@@ -321,12 +364,6 @@ def test_a_rolling_upgrade_under_load_delivers_everything_once(cluster: Cluster)
             upgraded.append(name)
         ended = time.monotonic()
         wait_for(lambda: len(arrivals.payloads) > len(publisher.sent) // 2, "still delivering")
-    finally:
-        publisher.stop()
-    try:
-        wait_for(lambda: arrivals.payloads == publisher.sent, "every message, once, in order")
-    finally:
-        arrivals.stop()
     gap = arrivals.longest_gap(began, ended)
     print(
         f"rolling upgrade: {', '.join(f'{n} {s:.1f}s' for n, s in took.items())}; "
@@ -335,11 +372,7 @@ def test_a_rolling_upgrade_under_load_delivers_everything_once(cluster: Cluster)
     # one election at most per node (the leader's: it hands over, so less), plus the
     # subscriber's pull and this 50 ms poll
     assert gap < 3.0, f"delivery stood still {gap:.2f}s during the upgrade"
-    assert len(set(publisher.sent)) == len(publisher.sent)
-    wait_for(
-        lambda: len({repr(sorted(cluster.merged(n).items())) for n in NODES}) == 1,
-        "byte-identical merged logs on all three nodes",
-    )
+    _identical(cluster, NODES)
     answers = _statuses(config)
     assert {n: getattr(a, "software", None) for n, a in answers.items()} == dict.fromkeys(
         NODES, new_version
@@ -357,50 +390,128 @@ def test_a_node_rebuilt_from_an_empty_disk_while_publishing(cluster: Cluster) ->
     new key from `rt certs issue --force`, `rt apply`, `systemctl enable --now` on an
     empty /var/lib/rt, while a publisher publishes 1,000 msg/s."""
     config = cluster.start_stream()
-    copy = config.data_dir_of(config.subscriber("sub-1")) / "sub" / "cluster"
-    publisher = PacedPublisher(config.data_dir_of(config.publisher("pub-1")) / "pub", 1000)
-    arrivals = Arrivals(copy).start()
-    publisher.start()
-    try:
-        wait_for(lambda: len(arrivals.payloads) > 2000, "the subscriber receiving")
+    with _publishing(config) as (publisher, _):
         leader = cluster.leader(NODES)
         lost = next(n for n in NODES if n != leader)
         node = cluster.containers[lost]
         node.run("systemctl", "stop", "rt-sequencer")
         node.run("sh", "-c", f"rm -rf /var/lib/rt/* /etc/rt/tls/{lost}.key")  # the disk is gone
         began = time.monotonic()
-        subprocess.run(
-            [sys.executable, "-m", "rt_appliance.cli", "certs", "issue", "--config",
-             str(cluster.config_path), "--host", lost, "--ca-dir", str(cluster.work / "tls"),
-             "--force"],
-            check=True, capture_output=True,
-        )  # fmt: skip
+        _rt("certs", "issue", "--config", str(cluster.config_path), "--host", lost,
+            "--ca-dir", str(cluster.work / "tls"), "--force")  # fmt: skip
         cluster.install_certs(lost)
         node.run("rt", "apply", "--host", lost)
         node.run("systemctl", "enable", "--now", *NODE_UNITS, timeout_s=200)
-
-        def journal() -> str:
-            return node.run("journalctl", "-u", "rt-sequencer", "--no-pager").stdout
-
+        journal = _journal(node)
         wait_for(lambda: "caught up to commit" in journal(), f"{lost} to join", timeout_s=120)
         assert "joining a stream with a history" in journal()
-
-        def in_step() -> bool:  # rt status: the same merged seq and digest everywhere
-            answers = _statuses(config)
-            nodes = [a for a in answers.values() if isinstance(a, NodeStatus)]
-            return len(nodes) == 3 and len({(n.merged_seq, n.digest) for n in nodes}) == 1
-
         rebuilt = time.monotonic() - began
-    finally:
-        publisher.stop()
-    try:
-        wait_for(lambda: arrivals.payloads == publisher.sent, "every message, once, in order")
-    finally:
-        arrivals.stop()
-    wait_for(in_step, "rt status: every node at the same merged seq and digest", timeout_s=120)
+    wait_for(lambda: _in_step(config, NODES), "rt status: every node in step", timeout_s=120)
     print(f"rebuilt {lost} from an empty disk: joined and caught up {rebuilt:.1f}s after its "
           f"key was issued; {len(publisher.sent)} messages")  # fmt: skip
-    wait_for(
-        lambda: len({repr(sorted(cluster.merged(n).items())) for n in NODES}) == 1,
-        "byte-identical merged logs on all three nodes",
+    _identical(cluster, NODES)
+
+
+def _journal(node: Container) -> Callable[[], str]:
+    """Reads the node's rt-sequencer journal when called."""
+    return lambda: node.run("journalctl", "-u", "rt-sequencer", "--no-pager").stdout
+
+
+def _in_step(config: StreamConfig, nodes: list[str]) -> bool:
+    """rt status: ``nodes`` all answer, at the same merged seq and digest, a leader named."""
+    answers = _statuses(config)
+    found = [answers.get(n) for n in nodes]
+    seen = {(a.merged_seq, a.digest) for a in found if isinstance(a, NodeStatus)}
+    everyone = all(isinstance(a, NodeStatus) for a in found)
+    return everyone and len(seen) == 1 and leader_of(answers) is not None
+
+
+# -- growing a stream from 3 to 5 nodes and back -----------------------------------------
+
+GROWN = [*NODES, "rt-4", "rt-5"]
+
+
+def _restart_clients(cluster: Cluster) -> None:
+    """The push and pull clients read the node list at start."""
+    for daemon in cluster.daemons:
+        daemon.stop()
+        daemon.start()
+
+
+def test_a_stream_grown_from_three_to_five_nodes_and_back_while_publishing(
+    five_hosts: Cluster,
+) -> None:
+    """docs/OPERATIONS.md, "Growing and shrinking a stream", step by step on containers
+    booting systemd, while a publisher publishes 1,000 msg/s."""
+    cluster = five_hosts
+    config = cluster.start_stream()
+    three_yaml = cluster.config_path.read_bytes()
+    with _publishing(config) as (publisher, arrivals):
+        # 1. rt-4 and rt-5 in rt.yaml, validated; their keys issued; set up, not started
+        grown = cluster.write_config(GROWN)
+        _rt("validate", "--config", str(cluster.config_path))
+        for name in GROWN[3:]:
+            _rt("certs", "issue", "--config", str(cluster.config_path), "--host", name,
+                "--ca-dir", str(cluster.work / "tls"))  # fmt: skip
+            cluster.set_up_node(name, cluster.hosts[GROWN.index(name)])
+        # 2. every node reachable and in step
+        wait_for(lambda: _in_step(config, NODES), "the three in step")
+        # 3. the new rt.yaml on every host; the three stopped
+        began = time.monotonic()
+        for name in NODES:
+            node = cluster.containers[name]
+            (node.root / "etc/rt/rt.yaml").write_bytes(cluster.config_path.read_bytes())
+            node.run("systemctl", "stop", "rt-sequencer")
+        # 4. rt apply everywhere; all five started; the clients restarted
+        for name in GROWN:
+            cluster.containers[name].run("rt", "apply", "--host", name)
+        for name in GROWN:
+            cluster.containers[name].run("systemctl", "enable", "--now", *NODE_UNITS, timeout_s=200)
+        _restart_clients(cluster)
+        # 5. all five in step
+        wait_for(lambda: _in_step(grown, GROWN), "all five in step", timeout_s=120)
+        grew = time.monotonic() - began
+        leader = cluster.leader(GROWN)
+        assert leader in NODES, f"{leader} leads: a new node was elected before it joined"
+        for name in GROWN[3:]:
+            assert "joining a stream with a history" in _journal(cluster.containers[name])()
+        grown_at = len(arrivals.payloads)
+        wait_for(lambda: len(arrivals.payloads) > grown_at + 2000, "delivering on five nodes")
+
+        # Back to three. 1. rt-4 and rt-5 stopped
+        began_shrink = time.monotonic()
+        for name in GROWN[3:]:
+            cluster.containers[name].run("systemctl", "stop", "rt-sequencer")
+        # 2. the three hold every commit
+        answers = _statuses(grown)
+        target = max(a.commit_index for a in answers.values() if isinstance(a, NodeStatus))
+
+        def three_hold_it() -> bool:
+            now = _statuses(grown)
+            return all(
+                isinstance(a := now.get(n), NodeStatus) and a.commit_index >= target for n in NODES
+            )
+
+        wait_for(three_hold_it, "the three holding every commit")
+        # 3. the three stopped, given the 3-node rt.yaml, applied, started; clients restarted
+        cluster.config_path.write_bytes(three_yaml)
+        for name in NODES:
+            node = cluster.containers[name]
+            node.run("systemctl", "stop", "rt-sequencer")
+            (node.root / "etc/rt/rt.yaml").write_bytes(three_yaml)
+            node.run("rt", "apply", "--host", name)
+        for name in NODES:
+            cluster.containers[name].run("systemctl", "start", "rt-sequencer", timeout_s=200)
+        _restart_clients(cluster)
+        wait_for(lambda: _in_step(config, NODES), "the three in step again", timeout_s=120)
+        shrank = time.monotonic() - began_shrink
+        shrunk_at = len(arrivals.payloads)
+        wait_for(lambda: len(arrivals.payloads) > shrunk_at + 2000, "delivering on three again")
+        ended = time.monotonic()
+    gap = arrivals.longest_gap(began, ended)
+    print(
+        f"grown to five in step {grew:.1f}s after the three were stopped; back to three in "
+        f"step {shrank:.1f}s after rt-4 and rt-5 were stopped; delivery stood still at most "
+        f"{gap:.2f}s; {len(publisher.sent)} messages"
     )
+    _identical(cluster, NODES)

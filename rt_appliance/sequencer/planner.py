@@ -299,7 +299,7 @@ class Planner:
     ) -> Records | None:
         """Read the records from the peers holding most of ``name``, one after another
         (not one that failed in the last ``PLAN_FETCH_PENALTY_S``), until one gives them."""
-        read = self._from_peer.get(name)  # read for this step's previous proposal
+        read = self._from_peer.get(name)  # read last time, for a range not proposed then
         if read is not None and read.start == start and read.end <= held:
             return read
         floor = start if start is not None else Position(0)

@@ -51,6 +51,48 @@ def package(release: int, kind: str = "deb", version: str | None = None) -> Path
     return DIST / name
 
 
+# The last commit whose nodes ran three units (rt-push-server, rt-sequencer and
+# rt-pull-server) instead of `rt node`: the release an upgrade to one node unit starts from.
+THREE_UNIT_COMMIT = "16f2fc0778d6ebd5b309b7d81b13aca3ef0d7efd"
+THREE_UNIT_NODE_UNITS = ["rt-push-server.service", "rt-sequencer.service", "rt-pull-server.service"]
+
+
+def three_unit_release() -> tuple[Path, Path]:
+    """The .deb of the three-unit release (dist/previous/, built from its commit with that
+    commit's own packaging/build.sh if missing) and the Python of its environment,
+    unpacked under build/previous/, to run its push and pull clients here."""
+    previous = DIST / "previous"
+    deb = previous / "rt-appliance_0.1.0-1_amd64.deb"
+    if not deb.exists():
+        found = subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{THREE_UNIT_COMMIT}^{{commit}}"],
+            capture_output=True,
+        )
+        if found.returncode != 0:
+            pytest.skip(f"commit {THREE_UNIT_COMMIT[:7]} is not in this clone (a shallow one?)")
+        src = ROOT / "build" / "previous-src"
+        git = ["git", "-C", str(ROOT), "worktree"]
+        subprocess.run([*git, "remove", "--force", str(src)], capture_output=True)
+        subprocess.run([*git, "prune"], check=True)
+        subprocess.run(
+            [*git, "add", "--detach", "--force", str(src), THREE_UNIT_COMMIT],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            env = {**os.environ, "RT_PKG_RELEASE": "1", "RT_PKG_SPARK": "0"}
+            subprocess.run(["bash", str(src / "packaging/build.sh")], check=True, env=env)
+            previous.mkdir(parents=True, exist_ok=True)
+            (src / "dist" / deb.name).replace(deb)
+        finally:
+            subprocess.run([*git, "remove", "--force", str(src)], check=True)
+    unpacked = ROOT / "build" / "previous"
+    python = unpacked / "opt/rt-appliance/bin/python"
+    if not python.exists():
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
+    return deb, python
+
+
 def wait_for(condition: object, what: str, timeout_s: float = 60.0) -> None:
     assert callable(condition)
     deadline = time.monotonic() + timeout_s

@@ -7,7 +7,10 @@ the same problems at ``rt apply`` (and ``rt validate --host``), all at once:
 * the host's CA certificate, certificate and key exist and can be parsed;
 * the certificate names the host (its common name) and the key belongs to it;
 * the stream's CA signed it, and it is valid now;
-* on the live system (no ``--root``): the service user exists and can read all three.
+* on the live system (no ``--root``): the service user exists and can read all three;
+* on a host that runs a process of the stream's Spark cluster (its master, a worker, a
+  pipeline driving it): the Spark secret is there, well formed, not readable by every
+  user, and readable by the service user.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.x509.oid import NameOID
 
-from rt_appliance.certs import load_certificate, load_private_key
+from rt_appliance.appliance.roles import needs_spark_secret
+from rt_appliance.certs import load_certificate, load_private_key, read_secret
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import CertificateError
 
@@ -58,7 +62,18 @@ def host_problems(config: StreamConfig, host: str, root: Path) -> list[str]:
     problems += _issuer(ca, cert, paths["certificate"], paths["CA certificate"])
     if root == Path("/"):
         problems += _readable(config.appliance.user, list(paths.values()))
+    if needs_spark_secret(config, host):
+        problems += _spark_secret(config, host, root)
     return problems
+
+
+def _spark_secret(config: StreamConfig, host: str, root: Path) -> list[str]:
+    secret = under_root(root, config.tls.spark_secret(host))
+    try:
+        read_secret(secret)
+    except CertificateError as exc:
+        return [str(exc)]
+    return _readable(config.appliance.user, [secret]) if root == Path("/") else []
 
 
 def _identity(cert: x509.Certificate, host: str, path: Path) -> list[str]:

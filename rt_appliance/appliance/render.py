@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import PurePosixPath
 
-from rt_appliance.appliance.roles import ROLE_TEMPLATE, SPARK_WORKER, Role, roles_of
+from rt_appliance.appliance.roles import (
+    ROLE_TEMPLATE,
+    SPARK_MASTER,
+    SPARK_PIPELINE,
+    SPARK_WORKER,
+    Role,
+    roles_of,
+)
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
 from rt_appliance.config.spark import DEFAULT_JAVA_HOME
 from rt_appliance.limits import (
@@ -88,7 +95,7 @@ def _limit_nofile(config: StreamConfig) -> int:
 def render_unit(config: StreamConfig, host: str, role: Role) -> str:
     """The unit file text of ``role`` on ``host``."""
     if role.template != ROLE_TEMPLATE:
-        return _render_spark_unit(config, config.node(host), role)
+        return _render_spark_unit(config, host, role)
     kind, _ = roles_of(config, host)
     data_dir = PurePosixPath(config.data_dir_of(config.host(host)))
     settings = role.settings(config)
@@ -145,12 +152,14 @@ def _spark_extra_dir(config: StreamConfig, node: NodeConfig) -> PurePosixPath | 
     return None if output.is_relative_to(PurePosixPath(config.data_dir_of(node))) else output
 
 
-def _render_spark_unit(config: StreamConfig, node: NodeConfig, role: Role) -> str:
+def _render_spark_unit(config: StreamConfig, host: str, role: Role) -> str:
     spark, appliance = config.spark, config.appliance
+    node = config.host(host)
+    kind = config.role_of(host) or HostRole.NODE
     data_dir = PurePosixPath(config.data_dir_of(node))
-    extra = _spark_extra_dir(config, node)
+    extra = _spark_extra_dir(config, config.node(host)) if kind is HostRole.NODE else None
     values = {
-        "kind": HostRole.NODE.value,
+        "kind": kind.value,
         "host": node.name,
         "stream": config.stream,
         "config_path": CONFIG_PATH,
@@ -159,25 +168,34 @@ def _render_spark_unit(config: StreamConfig, node: NodeConfig, role: Role) -> st
         "user": appliance.user,
         "group": appliance.group,
         "data_dir": data_dir,
-        "data_dir_setting": _data_dir_setting(data_dir, HostRole.NODE),
+        "data_dir_setting": _data_dir_setting(data_dir, kind),
         "output_setting": "" if extra is None else f"\nReadWritePaths={extra}",
         "java_home": spark.java_home or DEFAULT_JAVA_HOME,
         "spark_home": spark_home(config),
         # local mode talks to itself only; with a cluster, executors reach the driver
         "spark_local_ip": "127.0.0.1" if spark.master.startswith("local") else node.host,
         "address": node.host,
+        "tls_dir": config.tls.dir_of(host),
         "watchdog_s": SPARK_WATCHDOG_S,
         "cpu_weight": SPARK_CPU_WEIGHT,
         "limit_nofile": SPARK_NOFILE,
     }
-    if role == SPARK_WORKER:
+    if role == SPARK_MASTER:
+        _, port = spark.cluster_master or ("", 0)
+        values |= {
+            "master_port": port,
+            "webui_port": spark.master_webui_port,
+            "daemon_memory": f"{SPARK_WORKER_DAEMON_MEMORY >> 20}m",
+            "memory_max": SPARK_JVM_OVERHEAD_MIN_BYTES + SPARK_WORKER_DAEMON_MEMORY,
+        }
+    elif role == SPARK_WORKER:
         worker = spark.worker
         values |= {
             "worker_port": worker.port,
             "webui_port": worker.webui_port,
             "cores": worker.cores,
             "worker_memory": f"{worker.memory >> 20}m",
-            "master_url": worker.master_url,
+            "master_url": worker.master_url or "",
             "daemon_memory": f"{SPARK_WORKER_DAEMON_MEMORY >> 20}m",
             "discovery_script": RTLOG_SCRIPT,
             "memory_max": spark_memory_max(worker.memory) + SPARK_WORKER_DAEMON_MEMORY,
@@ -219,7 +237,7 @@ def _spark_files(config: StreamConfig, host: str, roles: tuple[Role, ...]) -> li
     if SPARK_WORKER in roles:
         script = _template_text("rtlog-resource.sh").encode()
         files.append(HostFile(RTLOG_SCRIPT, script, 0o755))
-    if any(role.template != ROLE_TEMPLATE for role in roles):
+    if SPARK_WORKER in roles or SPARK_PIPELINE in roles:
         extra = _spark_extra_dir(config, config.node(host))
         if extra is not None:  # ReadWritePaths= needs it to exist
             user, group = config.appliance.user, config.appliance.group

@@ -9,6 +9,8 @@ node           rt-sequencer, which runs ``rt node``: push server, sequencer and
                rt-spark-worker too when ``spark.enabled`` and ``spark.worker.enabled``
 publisher      rt-push-client
 subscriber     rt-pull-client
+any            rt-spark-master on the host the Spark cluster's master URL names
+               (``spark.worker.master_url``, or ``spark.master``) by name or address
 =============  ==============================================================
 
 The Spark units come from templates of their own (a JVM needs a looser sandbox, the
@@ -24,7 +26,16 @@ from dataclasses import dataclass
 from rt_appliance.config.model import HostRole, RoleUnitConfig, StreamConfig
 from rt_appliance.invariants import invariant
 
-__all__ = ["ROLES", "ROLE_TEMPLATE", "SPARK_PIPELINE", "SPARK_WORKER", "Role", "roles_of"]
+__all__ = [
+    "ROLES",
+    "ROLE_TEMPLATE",
+    "SPARK_MASTER",
+    "SPARK_PIPELINE",
+    "SPARK_WORKER",
+    "Role",
+    "needs_spark_secret",
+    "roles_of",
+]
 
 ROLE_TEMPLATE = "rt-role.service"  # the template of the transport's daemons
 
@@ -72,6 +83,8 @@ SPARK_PIPELINE = Role(
     template="rt-spark-pipeline.service",
 )
 SPARK_WORKER = Role("spark-worker", "Spark worker", "--node", template="rt-spark-worker.service")
+# On the host the master URL names, whatever its role.
+SPARK_MASTER = Role("spark-master", "Spark master", "--host", template="rt-spark-master.service")
 
 
 def _spark_roles(config: StreamConfig, role: HostRole) -> tuple[Role, ...]:
@@ -86,4 +99,14 @@ def roles_of(config: StreamConfig, host: str) -> tuple[HostRole, tuple[Role, ...
     role = config.role_of(host)
     invariant(role is not None, f"host {host} has no role")
     assert role is not None
-    return role, ROLES[role] + _spark_roles(config, role)
+    master = (SPARK_MASTER,) if config.spark_master_host() == host else ()
+    return role, ROLES[role] + _spark_roles(config, role) + master
+
+
+def needs_spark_secret(config: StreamConfig, host: str) -> bool:
+    """Whether ``host`` runs a process of the stream's Spark cluster (its master, a
+    worker, or a pipeline driving the cluster), which reads the Spark secret."""
+    if config.spark.cluster_master_url is None:
+        return False
+    _, roles = roles_of(config, host)
+    return any(role in (SPARK_MASTER, SPARK_WORKER, SPARK_PIPELINE) for role in roles)

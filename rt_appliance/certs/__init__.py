@@ -12,7 +12,13 @@ from rt_appliance.certs.describe import (
     load_private_key,
     peer_name,
 )
-from rt_appliance.certs.files import host_addresses, init_for_config, issue_for_host
+from rt_appliance.certs.files import (
+    host_addresses,
+    init_for_config,
+    issue_for_host,
+    write_spark_secret,
+)
+from rt_appliance.certs.secret import read_secret
 
 __all__ = [
     "CertificateInfo",
@@ -26,4 +32,6 @@ __all__ = [
     "load_certificate",
     "load_private_key",
     "peer_name",
+    "read_secret",
+    "write_spark_secret",
 ]

@@ -16,12 +16,20 @@ from cryptography.hazmat.primitives import serialization
 
 from rt_appliance.certs.authority import PrivateKey, create_ca, issue_host_cert
 from rt_appliance.certs.describe import load_certificate, load_private_key
+from rt_appliance.certs.secret import SECRET_FILE, make_secret
 from rt_appliance.config.model import NodeConfig, StreamConfig
 from rt_appliance.errors import CertificateError, UsageError
 from rt_appliance.limits import CA_CERT_DAYS
 from rt_appliance.log.segments import fsync_dir
 
-__all__ = ["cert_pem", "host_addresses", "init_for_config", "issue_for_host", "key_pem"]
+__all__ = [
+    "cert_pem",
+    "host_addresses",
+    "init_for_config",
+    "issue_for_host",
+    "key_pem",
+    "write_spark_secret",
+]
 
 
 def host_addresses(config: StreamConfig, name: str) -> list[str]:
@@ -42,14 +50,15 @@ def init_for_config(
 ) -> list[Path]:
     """Make a CA and a certificate for every host of ``config``; return the files written.
 
-    Writes ``ca.crt``, ``ca.key``, and ``<name>.crt`` and ``<name>.key`` for every
-    host into ``out_dir`` (PEM; keys mode 0600). ``days`` is the validity of the
+    Writes ``ca.crt``, ``ca.key``, ``<name>.crt`` and ``<name>.key`` for every host,
+    and the stream's Spark secret ``spark.secret``, into ``out_dir`` (PEM; keys and the
+    secret mode 0600). ``days`` is the validity of the
     host certificates, ``ca_days`` the CA's. Without ``force``, nothing is
     written if any of these files already exists.
     """
     out_dir = Path(out_dir)
     hosts = [h.name for h in config.all_hosts()]
-    targets = [out_dir / "ca.crt", out_dir / "ca.key"]
+    targets = [out_dir / "ca.crt", out_dir / "ca.key", out_dir / SECRET_FILE]
     for name in hosts:
         targets += [out_dir / f"{name}.crt", out_dir / f"{name}.key"]
     existing = [str(p) for p in targets if p.exists() or p.is_symlink()]
@@ -62,6 +71,7 @@ def init_for_config(
     contents: list[tuple[Path, bytes, bool]] = [
         (out_dir / "ca.crt", cert_pem(ca_cert), False),
         (out_dir / "ca.key", key_pem(ca_key), True),
+        (out_dir / SECRET_FILE, make_secret(), True),
     ]
     for name in hosts:
         key, cert = issue_host_cert(ca_key, ca_cert, name, host_addresses(config, name), days=days)
@@ -110,6 +120,21 @@ def issue_for_host(
     except OSError as exc:
         raise CertificateError(f"cannot write certificates to {out_dir}: {exc}") from exc
     return written
+
+
+def write_spark_secret(out_dir: Path, *, force: bool) -> Path:
+    """A new Spark secret in ``out_dir``/spark.secret (mode 0600), for a stream whose
+    certificates were made before ``rt certs init`` made one."""
+    path = Path(out_dir) / SECRET_FILE
+    if (path.exists() or path.is_symlink()) and not force:
+        raise CertificateError(f"refusing to overwrite (use --force): {path}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(path, make_secret(), 0o600)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise CertificateError(f"cannot write the Spark secret to {path}: {exc}") from exc
+    return path
 
 
 def cert_pem(cert: x509.Certificate) -> bytes:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
-from rt_appliance.certs import describe, init_for_config, issue_for_host
+from rt_appliance.certs import describe, init_for_config, issue_for_host, write_spark_secret
 from rt_appliance.config import load_config
 from rt_appliance.errors import UsageError
 from rt_appliance.limits import CA_CERT_DAYS, HOST_CERT_DAYS
@@ -79,11 +79,13 @@ def init(config_path: str, out: Path | None, days: int, ca_days: int, force: boo
     """Make a CA and a key and certificate for every host of a stream.
 
     Writes ca.crt, ca.key and, for every node, publisher and subscriber,
-    <name>.crt and <name>.key (PEM, ECDSA P-256; keys mode 0600), and prints
-    each file written. A host certificate names the host (CN and DNS name) and
-    every address it is reached by (host, and a node's advertised_host), and
-    serves both as server and as client certificate. Copy ca.crt and a host's
-    own two files to that host's tls.dir; ca.key stays offline.
+    <name>.crt and <name>.key (PEM, ECDSA P-256; keys mode 0600), and the
+    stream's Spark secret spark.secret (mode 0600), and prints each file
+    written. A host certificate names the host (CN and DNS name) and every
+    address it is reached by (host, and a node's advertised_host), and serves
+    both as server and as client certificate. Copy ca.crt and a host's own two
+    files to that host's tls.dir, and spark.secret to every host that runs
+    Spark; ca.key stays offline.
     """
     config = load_config(config_path)
     if out is None and "{name}" in config.tls.dir:
@@ -124,6 +126,35 @@ def issue(
     out_dir = out if out is not None else ca_dir
     for path in issue_for_host(config, ca_dir, host_name, out_dir, days=days, force=force):
         click.echo(str(path))
+
+
+@certs.command("spark-secret")
+@_out_option("Directory to write into (created if missing)  [default: the config's tls.dir]")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="FILE",
+    help="The stream configuration, for its tls.dir when --out is not given.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing secret (restart Spark after).")
+def spark_secret(out: Path | None, config_path: str | None, force: bool) -> None:
+    """Make the stream's Spark secret, spark.secret, for a stream whose certificates
+    were made before `rt certs init` made one.
+
+    Standalone Spark authenticates its master, workers and applications with
+    this one shared secret, and encrypts their traffic with keys derived from
+    it. Install it on every host that runs Spark like a private key (root:rt,
+    mode 0640), beside the certificates.
+    """
+    if out is None:
+        if config_path is None:
+            raise UsageError("pass --out DIR, or --config FILE to write into its tls.dir")
+        config = load_config(config_path)
+        if "{name}" in config.tls.dir:
+            raise UsageError(f"tls.dir {config.tls.dir} differs per host: pass --out DIR")
+        out = Path(config.tls.dir)
+    click.echo(str(write_spark_secret(out, force=force)))
 
 
 @certs.command("show")

@@ -31,6 +31,7 @@ COMMANDS = {
     "config": "rt_appliance.cli.appliance_cmds:config_group",
     "apply": "rt_appliance.cli.appliance_cmds:apply",
     "spark-pipeline": "rt_appliance.cli.spark_cmds:spark_pipeline",
+    "spark-daemon": "rt_appliance.cli.spark_cmds:spark_daemon",
 }
 
 

@@ -1,8 +1,10 @@
-"""``rt spark-pipeline``: a node's merged log into Parquet with Spark, exactly once."""
+"""``rt spark-pipeline`` (a node's merged log into Parquet with Spark, exactly once) and
+``rt spark-daemon`` (a Spark master or worker of the stream, authenticated)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -61,3 +63,32 @@ def _stop_spark() -> None:
     session = SparkSession.getActiveSession()
     if session is not None:
         session.stop()
+
+
+@click.command(
+    "spark-daemon",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@CONFIG
+@click.option("--host", "host", required=True, help="Name of this host (as in the config).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def spark_daemon(config_path: Path, host: str, command: tuple[str, ...]) -> None:
+    """Run COMMAND (a Spark master or worker: spark-class ...) as a daemon of the
+    stream's Spark cluster: with the stream's Spark secret and Spark's
+    authentication and encryption on.
+
+    Reads the secret from <tls dir>/spark.secret (`rt certs init`) and refuses
+    to start if it is missing, readable by every user, or malformed. The secret
+    goes to the command in its environment, never on a command line; the web UI
+    listens on localhost only. rt-spark-master.service and rt-spark-worker.service
+    run this; see docs/SPARK.md.
+    """
+    config = load_config(config_path)
+    config.host(host)  # a clear error for an unknown host
+    from rt_appliance.spark.security import daemon_env
+
+    env = daemon_env(config, host, os.environ)
+    try:
+        os.execvpe(command[0], list(command), env)
+    except OSError as exc:
+        raise UsageError(f"cannot run {command[0]}: {exc.strerror}") from None

@@ -195,6 +195,10 @@ class TlsConfig(_Model):
     def key(self, name: str) -> Path:
         return self.dir_of(name) / f"{name}.key"
 
+    def spark_secret(self, name: str) -> Path:
+        """The stream's Spark secret as host ``name`` keeps it (``rt certs init``)."""
+        return self.dir_of(name) / "spark.secret"
+
 
 _REMOVED_REPLICATION_KEYS = {
     "sync_interval_ms": "a push server syncs as soon as data arrives, and one sync covers "
@@ -483,6 +487,15 @@ class StreamConfig(_Model):
                 return host
         known = ", ".join(h.name for h in self.all_hosts())
         raise UsageError(f"host {name!r} is not in stream {self.stream} (hosts: {known})")
+
+    def spark_master_host(self) -> str | None:
+        """The host of the stream that runs the Spark cluster's master: the one whose name
+        or address the master URL names. None in local mode, or when the master is
+        outside the stream (its operator runs it)."""
+        master = self.spark.cluster_master
+        if master is None:
+            return None
+        return next((h.name for h in self.all_hosts() if master[0] in (h.name, h.host)), None)
 
     def role_of(self, name: str) -> HostRole | None:
         if any(n.name == name for n in self.nodes):

@@ -15,13 +15,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rt_appliance.config.types import FieldProblem, Port, Size
 
-__all__ = ["DEFAULT_JAVA_HOME", "SparkConfig", "SparkWorkerConfig"]
+__all__ = ["DEFAULT_JAVA_HOME", "SECURITY_CONF", "SparkConfig", "SparkWorkerConfig"]
 
 DEFAULT_JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"  # Debian's openjdk-17-jre-headless
 
 _TRANSFORM = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 _MASTER = re.compile(r"local(\[(\*|[1-9][0-9]*)\])?|spark://[\w.-]+:[0-9]{1,5}")
 _SPARK_URL = re.compile(r"spark://[\w.-]+:[0-9]{1,5}")
+
+# What every Spark process of a standalone cluster runs with: the shared secret
+# authenticates RPC, and keys derived from it encrypt RPC and shuffle traffic and the
+# shuffle and spill files on disk. The appliance sets these itself (the secret from
+# the tls directory); rt.yaml's spark.conf may not turn them off.
+SECURITY_CONF = {
+    "spark.authenticate": "true",
+    "spark.network.crypto.enabled": "true",
+    "spark.io.encryption.enabled": "true",
+}
+_SECRET_KEYS = ("spark.authenticate.secret",)  # the secret lives in a file, never in rt.yaml
 
 
 class _Model(BaseModel):
@@ -70,6 +81,7 @@ class SparkConfig(_Model):
     java_home: str | None = None  # JAVA_HOME for the units; default: Debian's Java 17
     conf: dict[str, str] = Field(default_factory=dict)  # extra Spark settings, "spark.*"
     worker: SparkWorkerConfig = SparkWorkerConfig()
+    master_webui_port: Port = 8080  # the standalone master's web UI, on its host's localhost
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -115,6 +127,49 @@ class SparkConfig(_Model):
         if self.memory < 256 << 20:
             raise FieldProblem(("memory",), "memory must be at least 256MiB")
         return self
+
+    @model_validator(mode="after")
+    def _one_secure_master(self) -> SparkConfig:
+        urls = {u for u in (self.master, self.worker.master_url) if u and u.startswith("spark")}
+        if self.worker.enabled and self.master.startswith("spark://") and len(urls) > 1:
+            raise FieldProblem(
+                ("master",),
+                f"master {self.master} and worker.master_url {self.worker.master_url} name "
+                "different masters; a stream has one Spark cluster",
+            )
+        if self.cluster_master_url is not None:
+            for key in _SECRET_KEYS:
+                if key in self.conf:
+                    raise FieldProblem(
+                        ("conf", key),
+                        "the Spark secret is not kept in rt.yaml: `rt certs init` makes "
+                        "spark.secret beside the certificates, and every Spark process reads it",
+                    )
+            for key, value in SECURITY_CONF.items():
+                if key in self.conf and self.conf[key].strip().lower() != value:
+                    raise FieldProblem(
+                        ("conf", key),
+                        f"a Spark cluster of the stream runs with {key}={value} (authenticated "
+                        "and encrypted, like every other port of the stream)",
+                    )
+        return self
+
+    @property
+    def cluster_master_url(self) -> str | None:
+        """The standalone master the stream's Spark cluster runs on (spark://host:port),
+        or None when Spark runs in local mode only."""
+        if self.worker.enabled:
+            return self.worker.master_url
+        return self.master if self.master.startswith("spark://") else None
+
+    @property
+    def cluster_master(self) -> tuple[str, int] | None:
+        """The host and port of :attr:`cluster_master_url`."""
+        url = self.cluster_master_url
+        if url is None:
+            return None
+        host, port = url.removeprefix("spark://").rsplit(":", 1)
+        return host, int(port)
 
     @property
     def driver_memory(self) -> str:

@@ -37,6 +37,7 @@ from rt_appliance.limits import STATUS_LINE_EVERY_S
 from rt_appliance.position import Position
 from rt_appliance.sequencer.holds import hold_path, write_hold
 from rt_appliance.spark.java import find_java
+from rt_appliance.spark.security import session_on_cluster
 
 __all__ = ["HOLD_NAME", "PipelinePaths", "build_session", "paths_of", "run_pipeline"]
 
@@ -102,11 +103,13 @@ def build_session(config: StreamConfig, node: str, paths: PipelinePaths) -> Any:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
     )
-    if spark_config.master.startswith("spark://"):
-        builder = builder.config("spark.executor.resource.rtlog.amount", "1")
     for key, value in spark_config.conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if not spark_config.master.startswith("spark://"):
+        spark = builder.getOrCreate()
+    else:  # the stream's cluster: only on workers of nodes, authenticated and encrypted
+        builder = builder.config("spark.executor.resource.rtlog.amount", "1")
+        spark = session_on_cluster(builder, config, node)
     import rt_appliance.spark
 
     rt_appliance.spark.register(spark)

@@ -8,6 +8,7 @@ every other unit in test_units.py (the same exposure gate of 2.0; they score 1.3
 from __future__ import annotations
 
 import json
+import re
 import stat
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -23,7 +24,8 @@ from rt_appliance.appliance.render import (
     spark_memory_max,
     unit_files,
 )
-from rt_appliance.config import StreamConfig, parse_config
+from rt_appliance.certs import init_for_config
+from rt_appliance.config import ConfigError, StreamConfig, parse_config
 from tests.appliance.test_apply import apply, host_root  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.unit
@@ -148,7 +150,8 @@ def test_worker_unit_settings() -> None:
     unit = lines(parse_config(WORKER_ON), WORKER, "rt-3")
     for line in (
         "Type=simple",
-        "ExecStart=/opt/rt-appliance/spark/pyspark/bin/spark-class "
+        "ExecStart=/opt/rt-appliance/bin/rt spark-daemon --config /etc/rt/rt.yaml --host rt-3 "
+        "-- /opt/rt-appliance/spark/pyspark/bin/spark-class "
         "org.apache.spark.deploy.worker.Worker --host 10.0.0.13 --port 7078 --webui-port 8081 "
         "--cores 2 --memory 2048m --work-dir /var/lib/rt/spark/work spark://10.0.0.10:7077",
         "User=rt",
@@ -158,7 +161,6 @@ def test_worker_unit_settings() -> None:
         "Environment=JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64",
         "Environment=SPARK_HOME=/opt/rt-appliance/spark/pyspark",
         "Environment=PYSPARK_PYTHON=/opt/rt-appliance/bin/python",
-        "Environment=SPARK_LOCAL_IP=10.0.0.13",
         "Environment=SPARK_DAEMON_MEMORY=512m",
         f"MemoryMax={(2 << 30) + (1 << 30) + (512 << 20)}",
         "ProtectSystem=strict",
@@ -173,6 +175,43 @@ def test_worker_unit_settings() -> None:
     ):
         assert option in opts.split(), option
     assert not any(ln.startswith(("WatchdogSec=", "MemoryDenyWriteExecute=")) for ln in unit)
+    # the web UI on localhost (rt spark-daemon sets SPARK_LOCAL_IP), RPC on --host
+    assert not any(ln.startswith("Environment=SPARK_LOCAL_IP=") for ln in unit)
+
+
+MASTER = "rt-spark-master.service"
+
+
+def test_the_master_unit_runs_on_the_host_the_master_url_names() -> None:
+    config = with_master_url(parse_config(WORKER_ON), "spark://10.0.0.11:7077")  # rt-1's
+    assert config.spark_master_host() == "rt-1"
+    unit = lines(config, MASTER, "rt-1")
+    for line in (
+        "ExecStart=/opt/rt-appliance/bin/rt spark-daemon --config /etc/rt/rt.yaml --host rt-1 "
+        "-- /opt/rt-appliance/spark/pyspark/bin/spark-class "
+        "org.apache.spark.deploy.master.Master --host 10.0.0.11 --port 7077 --webui-port 8080",
+        "User=rt",
+        "Restart=on-failure",
+        "SuccessExitStatus=143",
+        "ProtectSystem=strict",
+    ):
+        assert line in unit, line
+    for host in ("rt-2", "rt-3"):
+        assert MASTER not in unit_files(config, host)
+    # named by host name, on a publisher host: rendered there; outside the stream: nowhere
+    by_name = with_master_url(config, "spark://pub-1:7077")
+    assert by_name.spark_master_host() == "pub-1"
+    assert MASTER in unit_files(by_name, "pub-1")
+    outside = with_master_url(config, "spark://spark.example.com:7077")
+    assert outside.spark_master_host() is None
+    assert not any(MASTER in unit_files(outside, h.name) for h in outside.all_hosts())
+
+
+def with_master_url(config: StreamConfig, url: str) -> StreamConfig:
+    spark = config.spark.model_copy(
+        update={"master": url, "worker": config.spark.worker.model_copy(update={"master_url": url})}
+    )
+    return config.model_copy(update={"spark": spark})
 
 
 def test_discovery_script_prints_the_rtlog_resource(tmp_path: Path) -> None:
@@ -233,3 +272,64 @@ def test_apply_writes_spark_units_when_enabled_and_removes_them_when_disabled(
     assert sorted(p.name for p in units.iterdir()) == sorted(NODE_UNITS)
     code, out, _ = apply(capsys, config, root)
     assert code == 0 and "nothing to change" in out
+
+
+def test_apply_refuses_a_cluster_host_without_a_fit_spark_secret(
+    host_root: tuple[Path, Path],  # noqa: F811 (the fixture)
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config, root = host_root
+    config.write_text(WORKER_ON)  # rt-1 runs a worker of the stream's cluster
+    secret = root / "etc/rt/tls/spark.secret"
+    secret.chmod(0o644)
+    code, _, err = apply(capsys, config, root)
+    assert code != 0 and "spark.secret can be read by every user" in err
+    secret.unlink()
+    code, _, err = apply(capsys, config, root)
+    assert code != 0 and "spark.secret is missing" in err
+    assert not (root / "etc/systemd/system").exists()  # nothing written
+    # local mode needs no secret
+    config.write_text(EXAMPLE_TEXT)
+    assert apply(capsys, config, root)[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        ("spark.authenticate: 'false'", "runs with spark.authenticate=true"),
+        ("spark.network.crypto.enabled: 'false'", "spark.network.crypto.enabled=true"),
+        ("spark.authenticate.secret: abc", "the Spark secret is not kept in rt.yaml"),
+    ],
+)
+def test_validate_refuses_a_cluster_without_its_security(conf: str, message: str) -> None:
+    text = WORKER_ON.replace("  conf: {}", "  conf: {" + conf + "}")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_config(text)
+    parse_config(EXAMPLE_TEXT.replace("  conf: {}", "  conf: {" + conf + "}"))  # local: fine
+
+
+def test_two_masters_are_refused() -> None:
+    text = WORKER_ON.replace("  master: local[*] ", "  master: spark://10.0.0.11:7077 ")
+    with pytest.raises(ConfigError, match="name different masters"):
+        parse_config(text)
+
+
+def test_a_spark_daemon_gets_the_secret_in_its_environment_only(tmp_path: Path) -> None:
+    from rt_appliance.spark.security import daemon_env
+
+    text = WORKER_ON.replace("dir: /etc/rt/tls", f"dir: {tmp_path}")
+    config = parse_config(text)
+    init_for_config(config, tmp_path, days=30, force=False)
+    env = daemon_env(config, "rt-1", {"SPARK_DAEMON_JAVA_OPTS": "-Xss4m", "PATH": "/bin"})
+    assert env["_SPARK_AUTH_SECRET"] == (tmp_path / "spark.secret").read_text().strip()
+    assert env["SPARK_LOCAL_IP"] == "127.0.0.1"  # web UI on localhost
+    opts = env["SPARK_DAEMON_JAVA_OPTS"].split()
+    for option in (
+        "-Dspark.authenticate=true",
+        "-Dspark.network.crypto.enabled=true",
+        "-Dspark.io.encryption.enabled=true",
+        "-Dspark.master.rest.enabled=false",
+        "-Xss4m",
+    ):
+        assert option in opts
+    assert not any(env["_SPARK_AUTH_SECRET"] in value for value in opts)

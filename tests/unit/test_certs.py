@@ -23,6 +23,8 @@ from rt_appliance.certs import (
     load_certificate,
     load_private_key,
     peer_name,
+    read_secret,
+    write_spark_secret,
 )
 from rt_appliance.config import StreamConfig, parse_config
 from rt_appliance.errors import CertificateError, UsageError
@@ -132,7 +134,8 @@ def test_init_writes_a_ca_and_every_host(config: StreamConfig, tmp_path: Path) -
     out = tmp_path / "tls"
     written = init_for_config(config, out, days=90, force=False)
     names = ["rt-1", "rt-2", "rt-3", "pub-1", "sub-1"]
-    expected = ["ca.crt", "ca.key"] + [f"{n}.{ext}" for n in names for ext in ("crt", "key")]
+    expected = ["ca.crt", "ca.key", "spark.secret"]
+    expected += [f"{n}.{ext}" for n in names for ext in ("crt", "key")]
     assert [p.name for p in written] == expected
     assert sorted(p.name for p in out.iterdir()) == sorted(expected)  # no temporary files left
     ca = load_certificate(out / "ca.crt")
@@ -148,7 +151,7 @@ def test_init_writes_a_ca_and_every_host(config: StreamConfig, tmp_path: Path) -
         assert cert.not_valid_after_utc - cert.not_valid_before_utc == timedelta(days=90)
     for path in written:
         mode = stat.S_IMODE(path.stat().st_mode)
-        if path.suffix == ".key":
+        if path.suffix in (".key", ".secret"):
             assert mode == 0o600, path
         else:  # 0644 less the umask: readable, never writable by others
             assert mode & 0o600 == 0o600 and mode & 0o133 == 0, (path, oct(mode))
@@ -253,3 +256,30 @@ def test_unreadable_or_invalid_files_name_the_path(tmp_path: Path) -> None:
 def test_peer_name_of_garbage_is_an_error() -> None:
     with pytest.raises(CertificateError, match="cannot be parsed"):
         peer_name(b"\x30\x03\x02\x01\x00")
+
+
+def test_the_spark_secret_is_made_and_refused_when_unfit(
+    config: StreamConfig, tmp_path: Path
+) -> None:
+    out = tmp_path / "tls"
+    init_for_config(config, out, days=90, force=False)
+    secret = read_secret(out / "spark.secret")
+    assert len(secret) == 64 and int(secret, 16) >= 0
+    # another stream's init makes another secret
+    init_for_config(config, tmp_path / "other", days=90, force=False)
+    assert read_secret(tmp_path / "other" / "spark.secret") != secret
+    # spark-secret: only with --force over an existing one
+    with pytest.raises(CertificateError, match="refusing to overwrite"):
+        write_spark_secret(out, force=False)
+    assert read_secret(write_spark_secret(out, force=True)) != secret
+    path = out / "spark.secret"
+    path.chmod(0o644)
+    with pytest.raises(CertificateError, match=r"can be read by every user.*chmod 0640"):
+        read_secret(path)
+    path.chmod(0o640)
+    path.write_text("not hex\n")
+    with pytest.raises(CertificateError, match="does not hold a Spark secret"):
+        read_secret(path)
+    path.unlink()
+    with pytest.raises(CertificateError, match=r"missing.*rt certs init.*rt certs spark-secret"):
+        read_secret(path)

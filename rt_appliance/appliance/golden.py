@@ -5,8 +5,9 @@
 directory named after the host. A test keeps them identical to what ``rt apply`` renders.
 
 The example leaves the Spark worker off, so ``systemd/rt-1-spark-worker/`` holds the
-one unit that adds: ``rt-spark-worker.service`` of rt-1, rendered from the example with
-``spark.worker.enabled: true`` and ``master_url: spark://10.0.0.10:7077``.
+units a cluster adds: ``rt-spark-worker.service`` of rt-1, rendered from the example
+with ``spark.worker.enabled: true`` and ``master_url: spark://10.0.0.10:7077``, and
+``rt-spark-master.service``, with the master URL naming rt-1's own address.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def golden_units(config_path: Path) -> dict[Path, str]:
     }
     worker = "rt-spark-worker.service"
     units[Path(WORKER_DIR) / worker] = unit_files(with_worker(config), "rt-1")[worker]
+    master = "rt-spark-master.service"  # the master on rt-1 (its address in the URL)
+    on_rt1 = with_worker(config, f"spark://{config.node('rt-1').host}:7077")
+    units[Path(WORKER_DIR) / master] = unit_files(on_rt1, "rt-1")[master]
     return units
 
 

@@ -13,7 +13,7 @@ esac
 if [ -d /run/systemd/system ]; then
     systemctl daemon-reload || true
     if [ "$upgrade" = 1 ]; then
-        for unit in rt-spark-pipeline rt-spark-worker; do
+        for unit in rt-spark-master rt-spark-pipeline rt-spark-worker; do
             systemctl try-restart "$unit.service" || true
         done
     fi

@@ -6,7 +6,7 @@ set -e
 case "$1" in
     remove | 0)
         if [ -d /run/systemd/system ]; then
-            systemctl stop rt-spark-pipeline.service rt-spark-worker.service || true
+            systemctl stop rt-spark-pipeline.service rt-spark-worker.service rt-spark-master.service || true
         fi
         ;;
 esac

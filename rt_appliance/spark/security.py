@@ -40,6 +40,7 @@ __all__ = ["daemon_env", "driver_conf_file", "secret_of", "session_on_cluster"]
 _SECRET_ENV = "_SPARK_AUTH_SECRET"  # what Spark's daemons and executors read it from
 _SECRET_CONF = "spark.authenticate.secret"  # what a driver on a standalone master reads
 _SUBMIT_ARGS = "PYSPARK_SUBMIT_ARGS"  # how PySpark starts a driver's JVM
+_LOCAL_IP = "SPARK_LOCAL_IP"  # the address a JVM of Spark binds to by default
 
 
 def secret_of(config: StreamConfig, host: str) -> str:
@@ -55,7 +56,7 @@ def daemon_env(config: StreamConfig, host: str, environ: Mapping[str, str]) -> d
     settings = {**SECURITY_CONF, "spark.master.rest.enabled": "false"}
     opts = " ".join(f"-D{key}={value}" for key, value in settings.items())
     env["SPARK_DAEMON_JAVA_OPTS"] = f"{opts} {env.get('SPARK_DAEMON_JAVA_OPTS', '')}".strip()
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"  # the web UI; RPC listens where --host says
+    env[_LOCAL_IP] = "127.0.0.1"  # the web UI; RPC listens where --host says
     return env
 
 
@@ -75,7 +76,8 @@ def driver_conf_file(config: StreamConfig, host: str, extra: Mapping[str, str]) 
 
 def session_on_cluster(builder: Any, config: StreamConfig, host: str) -> Any:
     """``builder.getOrCreate()`` (a ``SparkSession.Builder``) on the stream's Spark
-    cluster, from ``host`` of the stream (this machine, whose Spark secret it reads):
+    cluster, from ``host`` of the stream (this machine, whose Spark secret it reads, and
+    whose address executors reach the driver at unless ``spark.driver.host`` is set):
     the master from rt.yaml, authenticated and encrypted. For example::
 
         spark = session_on_cluster(SparkSession.builder.appName("job"), config, "rt-1")
@@ -83,14 +85,19 @@ def session_on_cluster(builder: Any, config: StreamConfig, host: str) -> Any:
     url = config.spark.cluster_master_url
     if url is None:
         raise UsageError("rt.yaml names no Spark cluster (spark.master is local)")
-    conf_file = driver_conf_file(config, host, {})
-    before = os.environ.get(_SUBMIT_ARGS)
-    os.environ[_SUBMIT_ARGS] = f"--properties-file {conf_file} pyspark-shell"
+    # executors on other hosts reach the driver at this host's address from rt.yaml
+    address = config.host(host).host
+    conf_file = driver_conf_file(config, host, {"spark.driver.host": address})
+    launch = {_SUBMIT_ARGS: f"--properties-file {conf_file} pyspark-shell"}
+    launch.setdefault(_LOCAL_IP, os.environ.get(_LOCAL_IP, address))  # the driver's JVM
+    before = {key: os.environ.get(key) for key in launch}
+    os.environ.update(launch)
     try:
         return builder.master(url).getOrCreate()
     finally:
-        if before is None:
-            del os.environ[_SUBMIT_ARGS]
-        else:
-            os.environ[_SUBMIT_ARGS] = before
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         shutil.rmtree(conf_file.parent, ignore_errors=True)

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 
 import pytest
 import yaml
@@ -75,6 +75,9 @@ class Cluster:
         self.daemons: list[Daemon] = []
         self.config_path = work / "rt.yaml"
         self.config: StreamConfig | None = None
+        self.spark: dict[str, Any] | None = None  # rt.yaml's spark section, if any
+        self.spark_deb: Path | None = None  # rt-appliance-spark, installed on every node
+        self.binds: dict[Path, str] = {DIST: "/mnt/dist"}  # into every container
 
     def write_config(
         self, nodes: list[str] = NODES, hosts: list[NetnsHost] | None = None
@@ -84,12 +87,14 @@ class Cluster:
         ``rt certs issue``)."""
         edge = {"data_dir": str(self.work / "{name}"), "tls_dir": str(self.work / "tls")}
         placed = hosts or self.hosts[: len(nodes)]
-        doc = {
+        doc: dict[str, Any] = {
             "stream": "cluster",
             "nodes": [{"name": n, "host": h.address} for n, h in zip(nodes, placed, strict=True)],
             "publishers": [{"name": "pub-1", "host": "127.0.0.1", "topics": ["ticks"], **edge}],
             "subscribers": [{"name": "sub-1", "host": "127.0.0.1", **edge}],
         }
+        if self.spark is not None:
+            doc["spark"] = self.spark
         self.config_path.write_text(yaml.safe_dump(doc, sort_keys=False))
         self.config = load_config(self.config_path)
         if not (self.work / "tls" / "ca.crt").exists():
@@ -99,20 +104,30 @@ class Cluster:
     def set_up_node(self, name: str, host: NetnsHost, deb: Path | None = None) -> Container:
         """Node ``name`` booted on ``host``, with ``deb`` (this release's package unless
         told) installed, its certificates and rt.yaml in place, and `rt apply` run."""
-        node = Container(name, self.work / "logs", binds={DIST: "/mnt/dist"}, netns=host.name)
+        node = Container(name, self.work / "logs", binds=self.binds, netns=host.name)
         self.containers[name] = node
         node.boot()
         deb = deb or package(1)
         node.run("dpkg", "-i", f"/mnt/dist/{deb.relative_to(DIST)}")
+        if self.spark_deb is not None:  # Java comes bound in from this machine
+            spark = f"/mnt/dist/{self.spark_deb.name}"
+            node.run("dpkg", "-i", "--force-depends", spark, timeout_s=600)
+            # An installed Debian names itself in /etc/hostname and /etc/hosts; the
+            # container's tree has neither of its own, and Spark resolves its host name.
+            (node.root / "etc/hostname").write_text(f"{name}\n")
+            node.run("hostname", name)
+            (node.root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n")
         (node.root / "etc/rt/rt.yaml").write_bytes(self.config_path.read_bytes())
         self.install_certs(name)
         node.run("rt", "apply", "--host", name)
         return node
 
     def install_certs(self, name: str) -> None:
-        """Copy the CA certificate and node ``name``'s certificate and key into it."""
+        """Copy the CA certificate, node ``name``'s certificate and key, and the stream's
+        Spark secret into it."""
         node, tls = self.containers[name], self.work / "tls"
-        for file, mode in (("ca.crt", "0644"), (f"{name}.crt", "0644"), (f"{name}.key", "0640")):
+        files = [("ca.crt", "0644"), (f"{name}.crt", "0644"), (f"{name}.key", "0640")]
+        for file, mode in [*files, ("spark.secret", "0640")]:
             (node.root / "root" / file).write_bytes((tls / file).read_bytes())
             node.run("install", "-m", mode, "-g", "rt", f"/root/{file}", "/etc/rt/tls/")
 

@@ -33,6 +33,7 @@ tls:
 FILES = [
     "ca.crt",
     "ca.key",
+    "spark.secret",
     "rt-1.crt",
     "rt-1.key",
     "pub-1.crt",
@@ -87,7 +88,7 @@ def test_init_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
         "certs", "init", "--config", str(_config(tmp_path)), "--out", str(out), check=False
     )
     assert refused.returncode == 1 and refused.stdout == ""
-    assert refused.stderr.startswith("rt: error: refusing to overwrite 8 existing file(s)")
+    assert refused.stderr.startswith("rt: error: refusing to overwrite 9 existing file(s)")
     assert all(str(out / name) in refused.stderr for name in FILES)
     assert len(refused.stderr.splitlines()) == 1
     assert json.loads(rt("certs", "show", "--json", str(out / "ca.crt")).stdout)["sha256"] == (
@@ -96,6 +97,25 @@ def test_init_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     assert _init(tmp_path, out, "--force") == [str(out / name) for name in FILES]
     rotated = json.loads(rt("certs", "show", "--json", str(out / "ca.crt")).stdout)["sha256"]
     assert rotated != fingerprint
+
+
+def test_spark_secret_makes_only_the_secret_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    out = tmp_path / "tls"
+    _init(tmp_path, out)
+    secret = (out / "spark.secret").read_text()
+    refused = rt("certs", "spark-secret", "--out", str(out), check=False)
+    assert refused.returncode == 1 and "refusing to overwrite (use --force)" in refused.stderr
+    assert (out / "spark.secret").read_text() == secret
+    made = rt("certs", "spark-secret", "--out", str(out), "--force")
+    assert made.stdout.splitlines() == [str(out / "spark.secret")]
+    assert (out / "spark.secret").read_text() != secret
+    assert (out / "spark.secret").stat().st_mode & 0o077 == 0
+    other = tmp_path / "other"  # the config's tls.dir when --out is not given
+    made = rt("certs", "spark-secret", "--config", str(_config(tmp_path, other)))
+    assert made.stdout.splitlines() == [str(other / "spark.secret")]
+    assert sorted(p.name for p in other.iterdir()) == ["spark.secret"]
+    missing = rt("certs", "spark-secret", check=False)
+    assert missing.returncode == 2 and "pass --out DIR, or --config FILE" in missing.stderr
 
 
 def test_a_bad_config_reports_its_problems_and_writes_nothing(tmp_path: Path) -> None:

@@ -377,24 +377,12 @@ def test_a_rolling_upgrade_under_load_delivers_everything_once(cluster: Cluster)
     new_deb = package(1, version=new_version)
     config = cluster.start_stream()
 
+    def install(node: Container, name: str) -> None:
+        node.run("dpkg", "-i", "--force-confold", f"/mnt/dist/{new_deb.name}", timeout_s=300)
+
     with _publishing(config) as (publisher, arrivals):
         began = time.monotonic()
-        took: dict[str, float] = {}
-        upgraded: list[str] = []
-        while len(upgraded) < len(NODES):
-            leader = cluster.leader(NODES)
-            waiting = [n for n in NODES if n not in upgraded]
-            name = next((n for n in waiting if n != leader), waiting[0])  # the leader last
-            started = time.monotonic()
-            cluster.containers[name].run(
-                "dpkg", "-i", "--force-confold", f"/mnt/dist/{new_deb.name}", timeout_s=300
-            )
-            wait_for(
-                lambda: _back_on(config, name, new_version),  # noqa: B023
-                f"{name} back in rt status on {new_version}",
-            )
-            took[name] = time.monotonic() - started
-            upgraded.append(name)
+        took = _one_node_at_a_time(cluster, config, new_version, install, [])
         ended = time.monotonic()
         wait_for(lambda: len(arrivals.payloads) > len(publisher.sent) // 2, "still delivering")
     gap = arrivals.longest_gap(began, ended)
@@ -430,15 +418,9 @@ def test_an_upgrade_from_the_three_unit_release_while_publishing(cluster: Cluste
 
     with _publishing(config) as (publisher, arrivals):
         began = time.monotonic()
-        took: dict[str, float] = {}
         steps: list[tuple[str, float]] = []  # what was done when, to place the gaps
-        upgraded: list[str] = []
-        while len(upgraded) < len(NODES):
-            leader = cluster.leader(NODES)
-            waiting = [n for n in NODES if n not in upgraded]
-            name = next((n for n in waiting if n != leader), waiting[0])  # the leader last
-            node = cluster.containers[name]
-            started = time.monotonic()
+
+        def to_one_unit(node: Container, name: str) -> None:
             steps.append((f"{name} stopped", time.monotonic()))
             node.run("systemctl", "disable", "--now", "rt-push-server", "rt-pull-server")
             node.run("systemctl", "stop", "rt-sequencer")
@@ -447,13 +429,8 @@ def test_an_upgrade_from_the_three_unit_release_while_publishing(cluster: Cluste
             assert "removed /etc/systemd/system/rt-push-server.service" in applied
             assert "removed /etc/systemd/system/rt-pull-server.service" in applied
             node.run("systemctl", "start", "rt-sequencer", timeout_s=200)
-            steps.append((f"{name} started", time.monotonic()))
-            wait_for(
-                lambda: _back_on(config, name, new_version),  # noqa: B023
-                f"{name} back in rt status on {new_version}",
-            )
-            took[name] = time.monotonic() - started
-            upgraded.append(name)
+
+        took = _one_node_at_a_time(cluster, config, new_version, to_one_unit, steps)
         # the publisher and subscriber hosts: their clients restarted on the new release
         steps.append(("the clients' upgrade", time.monotonic()))
         for daemon in cluster.daemons:
@@ -489,6 +466,32 @@ def test_an_upgrade_from_the_three_unit_release_while_publishing(cluster: Cluste
         assert "rt-push-server" not in left and "rt-pull-server" not in left
         assert node.unit_property("rt-sequencer.service", "ActiveState") == "active"
         assert " node --config" in node.run("systemctl", "cat", "rt-sequencer").stdout
+
+
+def _one_node_at_a_time(
+    cluster: Cluster,
+    config: StreamConfig,
+    version: str,
+    upgrade: Callable[[Container, str], None],
+    steps: list[tuple[str, float]],
+) -> dict[str, float]:
+    """``upgrade(container, name)`` on each node in turn, followers first and the leader
+    last, each once the previous is back in `rt status` on ``version``; how long each
+    took, by node. Each node's return to `rt status` goes into ``steps``."""
+    took: dict[str, float] = {}
+    while len(took) < len(NODES):
+        leader = cluster.leader(NODES)
+        waiting = [n for n in NODES if n not in took]
+        name = next((n for n in waiting if n != leader), waiting[0])  # the leader last
+        started = time.monotonic()
+        upgrade(cluster.containers[name], name)
+        wait_for(
+            lambda: _back_on(config, name, version),  # noqa: B023
+            f"{name} back in rt status on {version}",
+        )
+        took[name] = time.monotonic() - started
+        steps.append((f"{name} back", time.monotonic()))
+    return took
 
 
 def _back_on(config: StreamConfig, name: str, version: str) -> bool:

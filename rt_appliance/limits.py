@@ -206,6 +206,9 @@ PLAN_IDLE_S = 1.0
 INPUT_SCAN_BYTES = 4 << 20
 # The leader's wait for a proposed prune to commit before the archiver looks again.
 PRUNE_COMMIT_WAIT_S = 10.0
+# how often a node writes its committed leases, reads its jobs' wants, and (the
+# leader) grants and renews leases; a failover waits up to this long twice more
+LEASE_EVERY_S = 0.5
 # A follower reports where its copies of an input's files end, from the file holding the
 # input's merged position on, at most this many (a leader plans past a file's end only
 # where a majority's copies end too; it plans a few files ahead of what is merged).

@@ -80,6 +80,8 @@ class NodeStatus:
     inputs: Mapping[str, InputStatus]
     disk_used_percent: float | None
     holds: Mapping[str, Mapping[str, Any]]  # local consumers' holds (rt_appliance.sequencer.holds)
+    # committed leases (rt_appliance.sequencer.leases): holder, until, remaining_s
+    leases: Mapping[str, Mapping[str, Any]]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
     @classmethod
@@ -104,6 +106,7 @@ class NodeStatus:
             inputs={k: InputStatus.from_dict(v or {}) for k, v in inputs.items()},
             disk_used_percent=(d.get("disk") or {}).get("used_percent"),
             holds=d.get("holds") or {},
+            leases=d.get("leases") or {},
             raw=d,
         )
 

@@ -19,6 +19,7 @@ from rt_appliance import __version__
 
 __all__ = [
     "RAFT_ACCEPTED",
+    "RAFT_FEATURES",
     "RAFT_PROTOCOL",
     "SOFTWARE",
     "WIRE_ACCEPTED",
@@ -32,6 +33,10 @@ WIRE_PROTOCOL = 1  # what this release sends in HELLO and WELCOME
 WIRE_ACCEPTED = frozenset({1})  # what it accepts from a peer
 RAFT_PROTOCOL = 1  # 1: raft with pre-vote and the hello frame
 RAFT_ACCEPTED = frozenset({0, 1})  # 0: a release before the hello frame
+# what this release's raft hello also says it does, beside its protocol; a peer that
+# does not say so (an older release) is not sent what needs it. "leases": it applies
+# lease instructions (rt_appliance.sequencer.leases)
+RAFT_FEATURES = ("leases",)
 
 
 def speaks(what: str, protocol: object) -> bool:

@@ -35,7 +35,8 @@ from rt_appliance.position import Position
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(config_path: Path, as_host: str | None, as_json: bool) -> None:
     """Show every node of the stream: release, role, term, commit index, merged position, digest,
-    lag per input, disk use and the holds of local consumers (the Spark pipeline).
+    lag per input, disk use, the holds of local consumers (the Spark pipeline) and
+    who holds each lease (the Spark pipeline that fails over between nodes).
     A node whose writes fail (a full disk, EIO) is shown unfit to lead, with why: it
     gave up leading and stands for no election until it can write again. A node that
     started with no raft state (rebuilt, or added) is shown not voting yet until it has
@@ -91,3 +92,15 @@ def _print_table(stream: str, answers: Mapping[str, Answer]) -> None:
             where = Position(hold["position"]).format()
             line = f"{'':<12} hold {name}: at {where}, {hold['behind_bytes'] or 0} bytes behind"
             click.echo(line + (f"; GAP: {hold['gap']}" if hold.get("gap") else ""))
+    _print_leases(answers)
+
+
+def _print_leases(answers: Mapping[str, Answer]) -> None:
+    """Each lease as the leader committed it (else as any node that answered has it)."""
+    nodes = [a for a in answers.values() if isinstance(a, NodeStatus)]
+    nodes.sort(key=lambda n: (not n.is_leader, -n.commit_index))
+    for name, lease in (nodes[0].leases if nodes else {}).items():
+        left = lease.get("remaining_s") or 0
+        holder = lease.get("holder") if left > 0 else None
+        where = f"{holder}, {left:.1f} s left" if holder else "expired, nobody holds it"
+        click.echo(f"lease {name}: {where} ({lease.get('grants', 0)} grants so far)")

@@ -60,7 +60,7 @@ class ControlServer:
         node_name: str,
         leader: Callable[[], str | None],
         on_report: Callable[
-            [str, dict[str, int], dict[str, int], dict[str, list[int]] | None], None
+            [str, dict[str, int], dict[str, int], dict[str, list[int]] | None, list[str]], None
         ],
         status: Callable[[], Awaitable[dict[str, Any]]],
         on_refused: Callable[[], None],
@@ -131,11 +131,15 @@ class ControlServer:
         ends = fields.get("ends")
         if ends is not None and not isinstance(ends, dict):
             raise FrameError(f"frame field 'ends' is not an object: {ends!r}")
+        wants = fields.get("leases", [])
+        if not isinstance(wants, list):
+            raise FrameError(f"frame field 'leases' is not a list: {wants!r}")
         self.on_report(
             conn.peer,
             _positions(extents),
             _positions(holds),
             None if ends is None else _position_lists(ends),
+            [w for w in wants if isinstance(w, str)],
         )
         await conn.send(FrameType.STATE, {"leader": self.name})
 

@@ -24,6 +24,7 @@ Files of a node::
     <data_dir>/raft/                raft journal and snapshot
     <data_dir>/log-history.jsonl    one line per archiver prune
     <data_dir>/holds/<name>.json    how far a local consumer (the Spark pipeline) committed
+    <data_dir>/leases/<name>.*      a job run once per stream: its want, its lease (.leases)
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from rt_appliance.limits import (
     INLINE_PLAN_BYTES,
     LAG_PROBE_S,
     LAG_WINDOW_S,
+    LEASE_EVERY_S,
     OBSERVE_EVERY_S,
     PLAN_IDLE_S,
     PRUNE_COMMIT_WAIT_S,
@@ -62,7 +64,7 @@ from rt_appliance.limits import (
 )
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
-from rt_appliance.sequencer import archiver, holds
+from rt_appliance.sequencer import archiver, holds, leases
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.fitness import Fitness, is_write_failure
 from rt_appliance.sequencer.inputs import Inputs
@@ -71,7 +73,7 @@ from rt_appliance.sequencer.merged import MergedLog
 from rt_appliance.sequencer.merger import Merger
 from rt_appliance.sequencer.planner import Planner
 from rt_appliance.sequencer.raft import RaftNode, RaftStatus, journal
-from rt_appliance.sequencer.state import Prune
+from rt_appliance.sequencer.state import Lease, Prune
 
 __all__ = ["Sequencer"]
 
@@ -283,6 +285,14 @@ class Sequencer:
         self._holds_seen = holds.LeaderHolds(  # leader: every node's holds
             node_name, [n.name for n in config.nodes], HOLDS_REPORT_WAIT_INTERVALS * report_s
         )
+        # leases of jobs run once per stream (the failover Spark pipeline), if any
+        self._leasing = config.spark.enabled and config.spark.failover
+        self._wants_seen = leases.LeaderWants(  # leader: which node wants which lease
+            node_name, max(leases.WANT_FRESH_S, HOLDS_REPORT_WAIT_INTERVALS * report_s)
+        )
+        self._own_wants: list[str] = []
+        self._wants_due = 0.0
+        self._old_peers_said: frozenset[str] = frozenset()
         # READY for systemd: the merged log was recovered above; raft must listen too.
         self.ready = asyncio.Event()
 
@@ -342,6 +352,8 @@ class Sequencer:
             asyncio.create_task(self._observe_loop(), name="observer"),
             asyncio.create_task(self._lag_loop(), name="loop-lag"),
         ]
+        if self._leasing:
+            tasks.append(asyncio.create_task(self._lease_loop(), name="leases"))
         log.info(
             "sequencer %s: merged log %s, seq %d", self.name, self.merged.directory, self.merged.seq
         )
@@ -407,12 +419,14 @@ class Sequencer:
         extents: dict[str, int],
         node_holds: dict[str, int],
         ends: dict[str, list[int]] | None,
+        wants: list[str],
     ) -> None:
         self.planner.report(node, extents, ends)
         if trace.enabled():
             for name, extent in extents.items():
                 trace.event("reported", f"{node}/{name}", extent)
         self._holds_seen.report(node, node_holds)
+        self._wants_seen.report(node, wants, time.monotonic())
         self._wake.set()
 
     def _report_fields(self) -> dict[str, Any]:
@@ -430,11 +444,21 @@ class Sequencer:
             self._holds_due = now + self.config.sequencer.report_interval_ms / 1000
         with self.machine.cond:
             merged = dict(self.machine.state.inputs)
-        return {
+        fields: dict[str, Any] = {
             "extents": self.inputs.extents(),
             "holds": self._own_holds,
             "ends": self.inputs.file_ends(merged),
         }
+        if self._leasing:
+            fields["leases"] = self._wants(now)
+        return fields
+
+    def _wants(self, now: float) -> list[str]:
+        """The leases this node's jobs want, read again at most every LEASE_EVERY_S."""
+        if now >= self._wants_due:
+            self._own_wants = leases.read_wants(self.data_dir)
+            self._wants_due = now + LEASE_EVERY_S
+        return self._own_wants
 
     def _report_cheap(self) -> bool:
         """Whether a report now is made from memory only, and may run on the loop: in the
@@ -507,6 +531,48 @@ class Sequencer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(PRUNE_COMMIT_WAIT_S):
                     await done.wait()
+
+    async def _lease_loop(self) -> None:
+        """Every node: write the committed leases for its jobs. The leader: grant and
+        renew them (:func:`leases.decide`), through raft."""
+        ttl_ns = self.config.spark.lease_ms * 1_000_000
+        written: dict[str, Any] = {}
+        while True:
+            await asyncio.sleep(LEASE_EVERY_S)
+            with self.machine.cond:
+                committed = {k: dict(v) for k, v in self.machine.state.leases.items()}
+            for name, lease in committed.items():
+                if written.get(name) != lease:
+                    await asyncio.to_thread(leases.write_lease, self.data_dir, name, lease)
+                    written[name] = lease
+            if not self.raft.leading_settled() or self.raft.unfit is not None:
+                continue
+            if not self._peers_know_leases():
+                continue
+            wanting = self._wants_seen.wanting(self._wants(time.monotonic()), time.monotonic())
+            for grant in leases.decide(committed, wanting, wall_ns(), ttl_ns):
+                await self._propose_lease(grant, committed.get(grant.name))
+
+    async def _propose_lease(self, grant: Lease, before: dict[str, Any] | None) -> None:
+        if before is None or before["holder"] != grant.holder or before["until"] <= grant.ts:
+            log.info("leases: granting %s to %s", grant.name, grant.holder)
+        done = asyncio.Event()
+        self.raft.propose(grant.encode(), _setter(done))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(PRUNE_COMMIT_WAIT_S):
+                await done.wait()
+
+    def _peers_know_leases(self) -> bool:
+        """Whether every peer that connected speaks a raft protocol with leases: a node
+        of an older release would refuse the grants (and could not restore them)."""
+        old = frozenset(self.raft.peers_without("leases"))
+        if old != self._old_peers_said and old:
+            log.warning(
+                "leases: %s run a release without leases; none is granted until they are upgraded",
+                ", ".join(sorted(old)),
+            )
+        self._old_peers_said = old
+        return not old
 
     async def _observe_loop(self) -> None:
         path = sequencer_file(self.config, self.config.node(self.name))
@@ -707,6 +773,10 @@ class Sequencer:
             },
             "refused": dict(self.raft.refusals),
             "holds": found,
+            "leases": {
+                name: {**lease, "remaining_s": round(max(0, lease["until"] - wall_ns()) / 1e9, 1)}
+                for name, lease in state.leases.items()
+            },
         }
 
 

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from rt_appliance import trace
-from rt_appliance.sequencer.state import Instruction, Merge, SequencerState, decode_instruction
+from rt_appliance.sequencer.state import (
+    Instruction,
+    Lease,
+    Merge,
+    SequencerState,
+    decode_instruction,
+)
 
 __all__ = ["Committed", "SequencerMachine"]
 
@@ -51,6 +57,9 @@ class SequencerMachine:
             applied = self.state.apply_decoded(ins)
             if applied is None:
                 return False
+            if isinstance(applied, Lease):  # nothing for the merger to do: the state is all
+                self.cond.notify_all()
+                return True
             self.pending.append(Committed(applied, command, before, self.state.digest))
             if isinstance(applied, Merge):
                 trace.event("applied", applied.dir, applied.end, applied.seq)

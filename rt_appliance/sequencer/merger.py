@@ -53,6 +53,7 @@ from rt_appliance.sequencer.merged import (
 from rt_appliance.sequencer.scrub import Scrubber
 from rt_appliance.sequencer.state import (
     ZERO_DIGEST,
+    Lease,
     Merge,
     Prune,
     Skip,
@@ -228,6 +229,8 @@ class Merger:
         if isinstance(ins, Skip):
             if self.config.archiver.prune_inputs:
                 self._prune_input(ins)
+            return
+        if isinstance(ins, Lease):  # never queued (the state is all): nothing to write
             return
         if ins.seq <= self.merged.seq:
             if ins.seq == self.merged.seq:

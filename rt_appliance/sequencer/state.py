@@ -11,6 +11,10 @@ Raft carries two kinds of instruction, JSON-encoded, never payloads:
   every record in that range is a ``.dedup`` message already merged.
 * ``prune``: the archiver's decision that merged files with a roll below ``below``
   are deleted.
+* ``lease``: lease ``name`` (one job for the whole stream, such as the Spark
+  pipeline that fails over) granted to node ``holder`` until ``until``, by the
+  leader's clock at ``ts``. It is refused while another node's lease has not
+  expired at ``ts``; its holder renews it, and gives it up with ``until == ts``.
 
 :meth:`SequencerState.apply` is deterministic: given the same sequence of commands
 every node reaches the same state, and a command that does not fit the state
@@ -39,6 +43,7 @@ from rt_appliance.position import Position
 __all__ = [
     "MERGED_SESSION",
     "Instruction",
+    "Lease",
     "Merge",
     "Prune",
     "SequencerState",
@@ -123,7 +128,18 @@ class Prune:
         return json.dumps({"t": "prune", **_fields(self)}, separators=(",", ":")).encode()
 
 
-Instruction = Merge | Skip | Prune
+@dataclass(frozen=True, slots=True)
+class Lease:
+    name: str  # what is leased, e.g. "spark-pipeline"
+    holder: str  # the node it is granted to
+    ts: int  # the leader's clock when proposing (ns): expiry is judged at this time
+    until: int  # when it expires, by the same clock; == ts gives it up
+
+    def encode(self) -> bytes:
+        return json.dumps({"t": "lease", **_fields(self)}, separators=(",", ":")).encode()
+
+
+Instruction = Merge | Skip | Prune | Lease
 
 
 def _fields(obj: Instruction) -> dict[str, Any]:
@@ -139,14 +155,17 @@ def decode_instruction(command: bytes) -> Instruction | str:
     if not isinstance(doc, dict):
         return "not a JSON object"
     kind = doc.pop("t", None)
-    cls: type[Merge] | type[Skip] | type[Prune]
+    cls: type[Merge] | type[Skip] | type[Prune] | type[Lease]
     ints: tuple[str, ...]
+    strs: tuple[str, ...]
     if kind == "merge":
         cls, ints, strs = Merge, Merge.__slots__, ("dir",)
     elif kind == "skip":
         cls, ints, strs = Skip, Skip.__slots__, ("dir",)
     elif kind == "prune":
         cls, ints, strs = Prune, Prune.__slots__, ("reason",)
+    elif kind == "lease":
+        cls, ints, strs = Lease, Lease.__slots__, ("name", "holder")
     else:
         return f"unknown instruction {kind!r}"
     if "basis" in cls.__slots__:
@@ -182,6 +201,8 @@ class SequencerState:
     prunes: int = 0
     rejected: int = 0
     last_reject: str = ""
+    # lease name -> {"holder", "until", "since": when this holder took it, "grants"}
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def header_bytes(self) -> int:
@@ -229,12 +250,42 @@ class SequencerState:
                 self.watermarks[topic_of(instruction.dir)] = instruction.watermark
         elif isinstance(instruction, Skip):
             self.inputs[instruction.dir] = instruction.end
+        elif isinstance(instruction, Lease):
+            self._grant(instruction)
         else:
             self.pruned_below = instruction.below
             self.prunes += 1
         return instruction
 
+    def lease_holder(self, name: str, now_ns: int) -> str | None:
+        """The node holding lease ``name`` at ``now_ns`` (the leader's clock), or None."""
+        lease = self.leases.get(name)
+        return lease["holder"] if lease is not None and lease["until"] > now_ns else None
+
+    def _grant(self, ins: Lease) -> None:
+        before = self.leases.get(ins.name)
+        renewed = before is not None and before["holder"] == ins.holder and before["until"] > ins.ts
+        self.leases[ins.name] = {
+            "holder": ins.holder,
+            "until": ins.until,
+            "since": before["since"] if renewed and before is not None else ins.ts,
+            "grants": (before["grants"] if before is not None else 0) + (0 if renewed else 1),
+        }
+
+    def _check_lease(self, ins: Lease) -> str:
+        if not ins.name or not ins.holder or len(ins.name) > 64 or len(ins.holder) > 64:
+            return "lease: name and holder must be 1 to 64 characters"
+        if ins.until < ins.ts:
+            return f"lease {ins.name}: until {ins.until} before ts {ins.ts}"
+        holder = self.lease_holder(ins.name, ins.ts)
+        if holder is not None and holder != ins.holder:
+            until = self.leases[ins.name]["until"]
+            return f"lease {ins.name} is {holder}'s until {until}, not {ins.holder}'s at {ins.ts}"
+        return ""
+
     def _check(self, ins: Instruction) -> str:
+        if isinstance(ins, Lease):
+            return self._check_lease(ins)
         if isinstance(ins, Skip):
             if not is_dedup_topic(topic_of(ins.dir)):
                 return f"skip of {ins.dir}: only .dedup inputs hold records to skip"
@@ -292,8 +343,11 @@ class SequencerState:
 
     # snapshots
     def to_json(self) -> dict[str, Any]:
+        # leases only when there are any: a release from before them restores the rest
+        leases = {"leases": self.leases} if self.leases else {}
         return copy.deepcopy(
             {
+                **leases,
                 "stream": self.stream,
                 "roll_bytes": self.roll_bytes,
                 "seq": self.seq,

@@ -531,6 +531,13 @@ class RaftNode:
             for name, (protocol, software) in sorted(self._transport.peer_versions.items())
         }
 
+    def peers_without(self, feature: str) -> list[str]:
+        """The peers that connected without saying they do ``feature`` (older releases)."""
+        known = self._transport.peer_features
+        return sorted(
+            name for name in self._transport.peer_versions if feature not in known.get(name, ())
+        )
+
     def leading_settled(self) -> bool:
         """Leading, with an entry of this term applied here. Raft commits the entries of
         earlier terms in the new leader's log only with the first entry of its own (the

@@ -45,7 +45,7 @@ from rt_appliance.sequencer.raft.link import Link
 from rt_appliance.sequencer.raft.peer import Peer
 from rt_appliance.transport.listen import Listener, listen_tls, set_keepalive
 from rt_appliance.transport.tls import client_context, peer_name, server_context
-from rt_appliance.versions import RAFT_PROTOCOL, SOFTWARE, refusal, speaks
+from rt_appliance.versions import RAFT_FEATURES, RAFT_PROTOCOL, SOFTWARE, refusal, speaks
 
 __all__ = ["TlsTransport"]
 
@@ -80,9 +80,17 @@ class TlsTransport(Transport):  # type: ignore[misc]
         # sees each peer's message first; True: it was handled (pre-vote, :mod:`.prevote`)
         self.intercept: Callable[[Node, dict[str, Any]], bool] | None = None
         self.on_lost: Callable[[Node], None] | None = None  # our connection to a node ended
-        self.hello = _frame({"type": HELLO, "protocol": RAFT_PROTOCOL, "software": SOFTWARE})
+        self.hello = _frame(
+            {
+                "type": HELLO,
+                "protocol": RAFT_PROTOCOL,
+                "software": SOFTWARE,
+                "features": list(RAFT_FEATURES),
+            }
+        )
         # what each peer said it runs: (raft protocol, release or None before the hello)
         self.peer_versions: dict[str, tuple[int, str | None]] = {}
+        self.peer_features: dict[str, frozenset[str]] = {}  # and what else it does
         for node in other_nodes:
             self.addNode(node)
 
@@ -329,8 +337,10 @@ class TlsTransport(Transport):  # type: ignore[misc]
     def _versions_agree(self, name: str, first: dict[str, Any]) -> bool:
         """Whether the peer's first frame (its hello, or a raft message from a release
         before it) names a raft protocol this release speaks; refuse it if not."""
+        features: object = []
         if first.get("type") == HELLO:
             protocol, software = first.get("protocol"), first.get("software")
+            features = first.get("features", [])
         else:
             protocol, software = 0, None
         if not speaks("raft", protocol) or not isinstance(protocol, int):
@@ -345,6 +355,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
                 seen[0],
             )
         self.peer_versions[name] = seen
+        said = features if isinstance(features, list) else []
+        self.peer_features[name] = frozenset(f for f in said if isinstance(f, str))
         return True
 
 

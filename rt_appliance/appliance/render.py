@@ -146,10 +146,14 @@ def spark_output_dir(config: StreamConfig, node: NodeConfig) -> PurePosixPath:
     return PurePosixPath(config.spark.output_dir.replace("{name}", node.name))
 
 
-def _spark_extra_dir(config: StreamConfig, node: NodeConfig) -> PurePosixPath | None:
-    """The output directory when it lies outside the node's data directory, else None."""
-    output = spark_output_dir(config, node)
-    return None if output.is_relative_to(PurePosixPath(config.data_dir_of(node))) else output
+def _spark_extra_dirs(config: StreamConfig, node: NodeConfig) -> list[PurePosixPath]:
+    """The output and checkpoint directories that lie outside the node's data directory
+    (shared storage, for a pipeline that fails over)."""
+    data_dir = PurePosixPath(config.data_dir_of(node))
+    checkpoint = config.spark.checkpoint_dir
+    dirs = [spark_output_dir(config, node)]
+    dirs += [PurePosixPath(checkpoint)] if checkpoint is not None else []
+    return [d for d in dirs if not d.is_relative_to(data_dir)]
 
 
 def _render_spark_unit(config: StreamConfig, host: str, role: Role) -> str:
@@ -157,7 +161,7 @@ def _render_spark_unit(config: StreamConfig, host: str, role: Role) -> str:
     node = config.host(host)
     kind = config.role_of(host) or HostRole.NODE
     data_dir = PurePosixPath(config.data_dir_of(node))
-    extra = _spark_extra_dir(config, config.node(host)) if kind is HostRole.NODE else None
+    extra = _spark_extra_dirs(config, config.node(host)) if kind is HostRole.NODE else []
     values = {
         "kind": kind.value,
         "host": node.name,
@@ -169,7 +173,7 @@ def _render_spark_unit(config: StreamConfig, host: str, role: Role) -> str:
         "group": appliance.group,
         "data_dir": data_dir,
         "data_dir_setting": _data_dir_setting(data_dir, kind),
-        "output_setting": "" if extra is None else f"\nReadWritePaths={extra}",
+        "output_setting": "".join(f"\nReadWritePaths={d}" for d in extra),
         "java_home": spark.java_home or DEFAULT_JAVA_HOME,
         "spark_home": spark_home(config),
         # local mode talks to itself only; with a cluster, executors reach the driver
@@ -232,15 +236,15 @@ def render_host(config: StreamConfig, host: str, config_text: bytes) -> list[Hos
 
 
 def _spark_files(config: StreamConfig, host: str, roles: tuple[Role, ...]) -> list[HostFile]:
-    """The worker's discovery script; an output directory outside the data directory."""
+    """The worker's discovery script; output and checkpoint directories outside the data
+    directory."""
     files = []
     if SPARK_WORKER in roles:
         script = _template_text("rtlog-resource.sh").encode()
         files.append(HostFile(RTLOG_SCRIPT, script, 0o755))
     if SPARK_WORKER in roles or SPARK_PIPELINE in roles:
-        extra = _spark_extra_dir(config, config.node(host))
-        if extra is not None:  # ReadWritePaths= needs it to exist
-            user, group = config.appliance.user, config.appliance.group
-            mode = int(_DIR_MODE[HostRole.NODE], 8)
+        user, group = config.appliance.user, config.appliance.group
+        mode = int(_DIR_MODE[HostRole.NODE], 8)
+        for extra in _spark_extra_dirs(config, config.node(host)):  # ReadWritePaths= needs them
             files.append(HostFile(extra, b"", mode, group, owner=user, directory=True))
     return files

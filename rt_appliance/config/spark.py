@@ -75,6 +75,9 @@ class SparkConfig(_Model):
     schema_ddl: str | None = Field(default=None, alias="schema")  # Spark DDL of the payload
     topics: list[str] | None = None  # only these topics; default: all
     output_dir: str | None = None  # Parquet; default <node data_dir>/spark/output
+    checkpoint_dir: str | None = None  # Spark's checkpoint; default <data_dir>/spark/checkpoint
+    failover: bool = False  # one pipeline for the stream, on shared storage, under a lease
+    lease_ms: Annotated[int, Field(ge=2000, le=600_000)] = 10_000  # the lease's term
     trigger_interval_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1000  # micro-batch period
     max_bytes_per_trigger: Size = 64 << 20  # most merged-log bytes one micro-batch reads
     memory: Size = 1 << 30  # the pipeline's driver memory (local mode: all of Spark's)
@@ -101,7 +104,7 @@ class SparkConfig(_Model):
             raise ValueError(f"transform must be module:function, got {value!r}")
         return value
 
-    @field_validator("output_dir", "java_home")
+    @field_validator("output_dir", "checkpoint_dir", "java_home")
     @classmethod
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("/"):
@@ -126,6 +129,26 @@ class SparkConfig(_Model):
             )
         if self.memory < 256 << 20:
             raise FieldProblem(("memory",), "memory must be at least 256MiB")
+        return self
+
+    @model_validator(mode="after")
+    def _shared_when_failover(self) -> SparkConfig:
+        if not self.failover:
+            return self
+        for key in ("output_dir", "checkpoint_dir"):
+            value = getattr(self, key)
+            if value is None:
+                raise FieldProblem(
+                    (key,),
+                    f"failover needs {key} on storage every node mounts (NFS): the pipeline "
+                    "continues from there on whichever node takes the lease",
+                )
+            if "{name}" in value:
+                raise FieldProblem(
+                    (key,), f"failover needs one {key} for the stream, not one per node ({{name}})"
+                )
+        if self.output_dir == self.checkpoint_dir:
+            raise FieldProblem(("checkpoint_dir",), "checkpoint_dir must differ from output_dir")
         return self
 
     @model_validator(mode="after")

@@ -34,8 +34,12 @@ def spark_pipeline(config_path: Path, node: str, once: bool) -> None:
     Reads <data_dir>/merged with the `rt` data source as a stream, applies
     spark.transform (module:function, DataFrame in and out), and appends Parquet
     partitioned by topic and date to spark.output_dir (default
-    <data_dir>/spark/output), with Spark's checkpoint in <data_dir>/spark/checkpoint.
-    Spark runs as spark.master says (local[*] by default: on this node). The
+    <data_dir>/spark/output), with Spark's checkpoint in spark.checkpoint_dir (default
+    <data_dir>/spark/checkpoint). Spark runs as spark.master says (local[*] by
+    default: on this node). With spark.failover, the output and checkpoint are on
+    shared storage and the pipeline works only while its node holds the stream's
+    spark-pipeline lease (granted through raft; `rt status` shows the holder); it
+    stands by otherwise, and takes over from the checkpoint when it gets the lease. The
     committed position goes to <data_dir>/holds/spark-pipeline.json, so the
     archiver keeps every merged file the pipeline has not committed, unless the
     disk limit forces it; the pipeline then stops with an error naming the gap.

@@ -15,6 +15,14 @@ Spark's file sink and the checkpoint make the output exactly once across restart
 and kill -9: a batch logged but not committed is replayed with the same offsets.
 Under systemd it reports READY=1 once the query runs, then STATUS lines and
 watchdog pings while it does.
+
+With ``spark.failover``, the checkpoint and the output live on storage every node
+mounts, and the pipelines of all nodes run but one works: the one whose node holds
+the ``spark-pipeline`` lease (:mod:`rt_appliance.sequencer.leases`). Every node's
+merged log is the same bytes at the same positions, so the next holder continues
+from the shared checkpoint exactly where the last one committed. The others stand
+by with a session ready, and hold their node's merged log from the checkpoint's
+position on.
 """
 
 from __future__ import annotations
@@ -36,14 +44,25 @@ from rt_appliance.errors import RTError, UsageError
 from rt_appliance.limits import STATUS_LINE_EVERY_S
 from rt_appliance.position import Position
 from rt_appliance.sequencer.holds import hold_path, write_hold
+from rt_appliance.sequencer.leases import LeaseView
 from rt_appliance.spark.java import find_java
 from rt_appliance.spark.security import session_on_cluster
 
-__all__ = ["HOLD_NAME", "PipelinePaths", "build_session", "paths_of", "run_pipeline"]
+__all__ = [
+    "HOLD_NAME",
+    "LEASE_NAME",
+    "PipelinePaths",
+    "build_session",
+    "checkpoint_position",
+    "paths_of",
+    "run_pipeline",
+]
 
 log = logging.getLogger(__name__)
 
 HOLD_NAME = "spark-pipeline"
+LEASE_NAME = "spark-pipeline"
+LEASE_POLL_S = 0.5  # how often a pipeline looks at its lease (and a standby at the checkpoint)
 _PARTITION_COLUMNS = ("topic", "date")
 
 
@@ -64,7 +83,7 @@ def paths_of(config: StreamConfig, node: str) -> PipelinePaths:
     return PipelinePaths(
         merged=data_dir / "merged",
         output=output,
-        checkpoint=spark_dir / "checkpoint",
+        checkpoint=Path(config.spark.checkpoint_dir or spark_dir / "checkpoint"),
         hold=hold_path(data_dir, HOLD_NAME),
         scratch=spark_dir / "tmp",
     )
@@ -170,13 +189,27 @@ def run_pipeline(
     notifier = Notifier()
     spark = build_session(config, node, paths)
     stop = stop or threading.Event()
+    if config.spark.failover and not once:
+        return _run_under_lease(spark, config, node, paths, notifier, stop)
     query = start_query(spark, config, paths, once)
     notifier.ready(f"query running, output {paths.output}")
     log.info("pipeline on %s: %s -> %s", node, paths.merged, paths.output)
-    every = notifier.watchdog_s or STATUS_LINE_EVERY_S
+    return _run_query(query, paths, notifier, stop, lambda: True)
+
+
+def _run_query(
+    query: Any,
+    paths: PipelinePaths,
+    notifier: Notifier,
+    stop: threading.Event,
+    still: Callable[[], bool],
+    every: float | None = None,
+) -> dict[str, Any]:
+    """Keep ``query`` running while ``still()`` and until ``stop``; then stop it."""
+    every = every or notifier.watchdog_s or STATUS_LINE_EVERY_S
     held: Position | None = None
     try:
-        while not stop.is_set() and query.isActive:
+        while not stop.is_set() and query.isActive and still():
             query.awaitTermination(every)
             notifier.watchdog()
             notifier.status(_status_line(query))
@@ -190,6 +223,84 @@ def run_pipeline(
     if failure is not None:
         raise RTError(f"the Spark pipeline failed: {_reason(failure)}")
     return dict(query.lastProgress or {})
+
+
+def _run_under_lease(
+    spark: Any,
+    config: StreamConfig,
+    node: str,
+    paths: PipelinePaths,
+    notifier: Notifier,
+    stop: threading.Event,
+) -> dict[str, Any]:
+    """Run the query only while this node holds the lease; stand by otherwise."""
+    data_dir = config.data_dir_of(config.node(node))
+    view = LeaseView(data_dir, node, LEASE_NAME, config.spark.lease_ms / 1000)
+    notifier.ready(f"standing by for the {LEASE_NAME} lease, output {paths.output}")
+    log.info("pipeline on %s, one for the stream: wants the %s lease", node, LEASE_NAME)
+    progress: dict[str, Any] = {}
+    said: str | None = None
+    held: Position | None = None
+    try:
+        while not stop.is_set():
+            view.want()
+            lease = view.state()
+            if lease.trust_s <= 0:
+                line = f"standing by: the {LEASE_NAME} lease is {lease.holder or 'nobody'}'s"
+                if lease.holder == node:
+                    line = f"standing by: this node's {LEASE_NAME} lease ends, not renewed"
+                if line != said:
+                    log.info("%s", line)
+                    said = line
+                notifier.status(line)
+                notifier.watchdog()
+                held = _hold_from_checkpoint(paths, held)
+                stop.wait(LEASE_POLL_S)
+                continue
+            log.info(
+                "%s holds the %s lease: continuing from %s", node, LEASE_NAME, paths.checkpoint
+            )
+            said = None
+            query = start_query(spark, config, paths, once=False)
+
+            def still() -> bool:
+                view.want()
+                return view.state().trust_s > 0
+
+            progress = _run_query(query, paths, notifier, stop, still, LEASE_POLL_S)
+            if not stop.is_set():
+                log.warning("%s no longer holds the %s lease: pipeline stopped", node, LEASE_NAME)
+    finally:
+        view.give_up()
+    return progress
+
+
+def checkpoint_position(checkpoint: Path) -> Position | None:
+    """Where the last batch committed in Spark checkpoint ``checkpoint`` ends; None
+    before one did. Spark writes ``offsets/N`` (a version line, the batch's metadata,
+    then one offset per source), and ``commits/N`` once batch N is in the output."""
+    try:
+        batches = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return None
+    for batch in sorted(batches, reverse=True):
+        try:
+            lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
+            offset = json.loads(lines[2])
+            return Position.parse(offset["position"])
+        except (FileNotFoundError, IndexError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _hold_from_checkpoint(paths: PipelinePaths, held: Position | None) -> Position | None:
+    """A standby holds its node's merged log from where the shared checkpoint is, so
+    that the archiver keeps what it would read if it took the lease."""
+    position = checkpoint_position(paths.checkpoint)
+    if position is not None and position != held:
+        write_hold(paths.hold, position)
+        return position
+    return held
 
 
 def _hold_committed(query: Any, hold: Path, held: Position | None) -> Position | None:

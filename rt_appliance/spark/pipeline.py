@@ -187,10 +187,10 @@ def run_pipeline(
     if not paths.merged.is_dir():
         raise UsageError(f"{paths.merged}: no merged log on node {node} (is rt-sequencer running?)")
     notifier = Notifier()
-    spark = build_session(config, node, paths)
     stop = stop or threading.Event()
     if config.spark.failover and not once:
-        return _run_under_lease(spark, config, node, paths, notifier, stop)
+        return _run_under_lease(config, node, paths, notifier, stop)
+    spark = build_session(config, node, paths)
     query = start_query(spark, config, paths, once)
     notifier.ready(f"query running, output {paths.output}")
     log.info("pipeline on %s: %s -> %s", node, paths.merged, paths.output)
@@ -226,14 +226,20 @@ def _run_query(
 
 
 def _run_under_lease(
-    spark: Any,
     config: StreamConfig,
     node: str,
     paths: PipelinePaths,
     notifier: Notifier,
     stop: threading.Event,
 ) -> dict[str, Any]:
-    """Run the query only while this node holds the lease; stand by otherwise."""
+    """Run the query only while this node holds the lease; stand by otherwise.
+
+    In local mode a standby keeps its session ready, so taking over costs a query's
+    start only. On the stream's Spark cluster a session is an application holding
+    executors, and standbys would take the cores the holder needs: there a pipeline
+    starts its session when it takes the lease and stops it when it loses it."""
+    warm = not config.spark.master.startswith("spark://")
+    spark = build_session(config, node, paths) if warm else None
     data_dir = config.data_dir_of(config.node(node))
     view = LeaseView(data_dir, node, LEASE_NAME, config.spark.lease_ms / 1000)
     notifier.ready(f"standing by for the {LEASE_NAME} lease, output {paths.output}")
@@ -261,6 +267,7 @@ def _run_under_lease(
                 "%s holds the %s lease: continuing from %s", node, LEASE_NAME, paths.checkpoint
             )
             said = None
+            spark = spark or build_session(config, node, paths)
             query = start_query(spark, config, paths, once=False)
 
             def still() -> bool:
@@ -270,6 +277,9 @@ def _run_under_lease(
             progress = _run_query(query, paths, notifier, stop, still, LEASE_POLL_S)
             if not stop.is_set():
                 log.warning("%s no longer holds the %s lease: pipeline stopped", node, LEASE_NAME)
+            if not warm:  # give the cluster's executors back
+                spark.stop()
+                spark = None
     finally:
         view.give_up()
     return progress

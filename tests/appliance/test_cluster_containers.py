@@ -78,6 +78,7 @@ class Cluster:
         self.spark: dict[str, Any] | None = None  # rt.yaml's spark section, if any
         self.spark_deb: Path | None = None  # rt-appliance-spark, installed on every node
         self.binds: dict[Path, str] = {DIST: "/mnt/dist"}  # into every container
+        self.shared: dict[Path, str] = {}  # likewise, writable (NFS)
 
     def write_config(
         self, nodes: list[str] = NODES, hosts: list[NetnsHost] | None = None
@@ -104,7 +105,9 @@ class Cluster:
     def set_up_node(self, name: str, host: NetnsHost, deb: Path | None = None) -> Container:
         """Node ``name`` booted on ``host``, with ``deb`` (this release's package unless
         told) installed, its certificates and rt.yaml in place, and `rt apply` run."""
-        node = Container(name, self.work / "logs", binds=self.binds, netns=host.name)
+        node = Container(
+            name, self.work / "logs", binds=self.binds, shared=self.shared, netns=host.name
+        )
         self.containers[name] = node
         node.boot()
         deb = deb or package(1)

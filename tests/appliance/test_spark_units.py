@@ -140,6 +140,20 @@ def test_pipeline_settings_follow_the_config() -> None:
     assert (output.owner, output.group, output.mode) == ("rt", "rt", 0o750)
 
 
+def test_a_failover_pipeline_may_write_the_shared_output_and_checkpoint() -> None:
+    text = (
+        EXAMPLE_TEXT.replace("  # output_dir: /srv/parquet/{name}", "  output_dir: /mnt/nfs/out")
+        .replace("  # checkpoint_dir: /srv/rt-pipeline/checkpoint", "  checkpoint_dir: /mnt/nfs/cp")
+        .replace("  failover: false ", "  failover: true  ")
+    )
+    config = parse_config(text)
+    assert config.spark.failover
+    unit = lines(config, PIPELINE)
+    assert "ReadWritePaths=/mnt/nfs/out" in unit and "ReadWritePaths=/mnt/nfs/cp" in unit
+    made = {f.path for f in render_host(config, "rt-1", b"") if f.directory}
+    assert {PurePosixPath("/mnt/nfs/out"), PurePosixPath("/mnt/nfs/cp")} <= made
+
+
 def test_memory_headroom() -> None:
     assert spark_memory_max(256 << 20) == (256 << 20) + (1 << 30)
     assert spark_memory_max(1 << 30) == 2 << 30
@@ -311,6 +325,21 @@ def test_validate_refuses_a_cluster_without_its_security(conf: str, message: str
 def test_two_masters_are_refused() -> None:
     text = WORKER_ON.replace("  master: local[*] ", "  master: spark://10.0.0.11:7077 ")
     with pytest.raises(ConfigError, match="name different masters"):
+        parse_config(text)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("", "failover needs output_dir on storage every node mounts"),
+        ("  output_dir: /nfs/{name}\n", "not one per node ({name})"),
+        ("  output_dir: /nfs/o\n", "failover needs checkpoint_dir on storage every node mounts"),
+        ("  output_dir: /nfs/o\n  checkpoint_dir: /nfs/o\n", "must differ from output_dir"),
+    ],
+)
+def test_validate_refuses_failover_without_shared_directories(edit: str, message: str) -> None:
+    text = EXAMPLE_TEXT.replace("  failover: false ", edit + "  failover: true  ")
+    with pytest.raises(ConfigError, match=re.escape(message)):
         parse_config(text)
 
 

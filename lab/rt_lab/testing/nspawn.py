@@ -65,11 +65,15 @@ class Container:
         log_dir: Path,
         *,
         binds: dict[Path, str] | None = None,
+        shared: dict[Path, str] | None = None,
         netns: str | None = None,
     ) -> None:
+        """``binds``: directories of this machine seen read-only inside; ``shared``:
+        seen writable (storage several containers mount, as NFS)."""
         self.name = name
         self.log_path = log_dir / f"nspawn-{name}.log"
         self._binds = binds or {}
+        self._shared = shared or {}
         self._netns = netns
         self._process: subprocess.Popen[bytes] | None = None
         self.pid = 0  # the container's PID 1 (systemd), as this machine sees it
@@ -104,6 +108,7 @@ class Container:
         argv += [f"--network-namespace-path=/run/netns/{self._netns}"] if self._netns else []
         argv += ["--private-network"] if not self._netns else []
         argv += [f"--bind-ro={src}:{dst}" for src, dst in self._binds.items()]
+        argv += [f"--bind={src}:{dst}" for src, dst in self._shared.items()]
         cgroups = self._cgroups()
         for cgroup in cgroups:
             cgroup.mkdir(exist_ok=True)

@@ -209,6 +209,19 @@ class _Metrics:
             ["cause"],
             registry=r,
         )
+        self.lease_held = Gauge(
+            "rt_sequencer_lease_held",
+            "1 while this node holds the lease (a job run once per stream, such as the "
+            "failover Spark pipeline), by the committed state and this node's clock",
+            ["lease"],
+            registry=r,
+        )
+        self.lease_grants = Gauge(
+            "rt_sequencer_lease_grants",
+            "How many times the lease went to a new holder (a rise is a failover)",
+            ["lease"],
+            registry=r,
+        )
         self.loop_lag = Gauge(
             "rt_sequencer_loop_lag_seconds",
             "Longest the event loop (raft, control channel) was late over the last second",
@@ -541,7 +554,12 @@ class Sequencer:
             await asyncio.sleep(LEASE_EVERY_S)
             with self.machine.cond:
                 committed = {k: dict(v) for k, v in self.machine.state.leases.items()}
+            now = wall_ns()
             for name, lease in committed.items():
+                self.metrics.lease_held.labels(name).set(
+                    1 if lease["holder"] == self.name and lease["until"] > now else 0
+                )
+                self.metrics.lease_grants.labels(name).set(lease["grants"])
                 if written.get(name) != lease:
                     await asyncio.to_thread(leases.write_lease, self.data_dir, name, lease)
                     written[name] = lease

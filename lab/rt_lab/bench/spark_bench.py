@@ -6,7 +6,10 @@ Three measurements in one local Spark session (``local[2]``), 100-byte payloads:
   ``noop`` sink, side by side with the same rows in Parquet read by Spark's own
   reader; with the stages around it timed on their own (planning on the driver, the
   slice reader without Spark, and Spark reading pre-built Arrow batches from a Python
-  source, the most any Python source can reach);
+  source, the most any Python source can reach); and the same read of the same log
+  through a standalone cluster on this machine (``cluster_workers`` workers of one
+  core, secured as the stream's cluster: :mod:`rt_lab.bench.spark_cluster`), run by
+  run after the local one;
 * **streaming lag**: messages published at a steady rate while a micro-batch query
   writes them to Parquet; each row's lag is the time its micro-batch was committed
   (the mtime of ``checkpoint/commits/N``) minus its publish timestamp;
@@ -43,6 +46,8 @@ from rt_appliance.spark.codecs import PayloadCodec
 from rt_appliance.spark.options import RAW_DDL
 from rt_appliance.spark.plan import earliest, plan
 from rt_appliance.spark.read import read_slice
+from rt_lab.bench.spark_cluster import ADDRESS as CLUSTER_ADDRESS
+from rt_lab.bench.spark_cluster import WORKER_CORES, ClusterReader, StandaloneCluster
 from rt_lab.bench.stats import Result, percentile
 
 __all__ = ["SparkBenchOptions", "SparkBenchReport", "run_spark_bench"]
@@ -54,7 +59,7 @@ BATCH_TARGET_ROWS_S = 1_500_000
 BATCH_TARGET_RATIO = 0.5
 MAX_BYTES_PER_TRIGGER = "64MiB"  # the pipeline's default (spark.max_bytes_per_trigger)
 _LAG_WARMUP = 1000  # messages published (and committed) before the timed stream starts
-_SYNTHETIC = "rt_bench_synthetic"
+SYNTHETIC = "rt_bench_synthetic"
 
 
 @dataclass(slots=True)
@@ -68,6 +73,7 @@ class SparkBenchOptions:
     memory_rate: int = 50_000  # msg/s published while memory is sampled; 0: ahead
     memory_bound_mb: float = 64.0
     master: str = "local[2]"
+    cluster_workers: int = 3  # standalone workers the batch read also runs on; 0: none
 
 
 @dataclass(slots=True)
@@ -104,21 +110,21 @@ def _payloads(count: int) -> list[bytes]:
 # -- the session -------------------------------------------------------------------------
 
 
-def _session(opts: SparkBenchOptions, scratch: Path) -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(opts.master)
-        .appName("rt bench spark")
-        .config("spark.pyspark.python", sys.executable)
+def session_builder(builder: Any, scratch: Path) -> Any:
+    """``builder`` (a ``SparkSession.Builder``) with what every session of the bench runs
+    with: this Python for the workers, scratch files under ``scratch``, no web UI."""
+    return (
+        builder.config("spark.pyspark.python", sys.executable)
         .config("spark.local.dir", str(scratch))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+
+
+def ready_session(spark: Any) -> Any:
+    """``spark`` quiet, with the ``rt`` source and the synthetic one registered."""
     spark.sparkContext.setLogLevel("ERROR")
     import rt_appliance.spark
 
@@ -127,7 +133,15 @@ def _session(opts: SparkBenchOptions, scratch: Path) -> Any:
     return spark
 
 
-def _noop(frame: Any) -> float:
+def _session(opts: SparkBenchOptions, scratch: Path) -> Any:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(opts.master).appName("rt bench spark")
+    return ready_session(session_builder(builder, scratch).getOrCreate())
+
+
+def noop_seconds(frame: Any) -> float:
     """Seconds to read every row of ``frame`` into the ``noop`` sink."""
     start = time.perf_counter()
     frame.write.format("noop").mode("overwrite").save()
@@ -173,7 +187,7 @@ class SyntheticSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return _SYNTHETIC
+        return SYNTHETIC
 
     def schema(self) -> str:
         return RAW_DDL
@@ -265,7 +279,7 @@ def _batch_read(
 
     def synthetic() -> Any:
         return (
-            spark.read.format(_SYNTHETIC)
+            spark.read.format(SYNTHETIC)
             .option("rows", str(rows))
             .option("partitions", str(slices))
             .load()
@@ -276,10 +290,10 @@ def _batch_read(
         found = frame().count()
         if found != rows:
             raise RTError(f"the {name} read gave {found:,} rows, not {rows:,}")
-        _noop(frame())
+        noop_seconds(frame())
     _python_read(directory, codec)
     tiny = spark.read.format("rt").option("endingPosition", str(_first_end(directory)))
-    _noop(tiny.load(str(directory)))
+    noop_seconds(tiny.load(str(directory)))
 
     results = {
         "rt": Result(
@@ -297,6 +311,8 @@ def _batch_read(
         "ratio": Result(
             "rt read rate / Parquet read rate", "%", f">= {BATCH_TARGET_RATIO:.0%}", note=""
         ),
+    }
+    more = {
         "synthetic": Result(
             "batch read, Python source yielding pre-built Arrow batches -> noop",
             "rows/s",
@@ -318,21 +334,66 @@ def _batch_read(
             note="endingPosition after the first record",
         ),
     }
-    for run in range(1, opts.runs + 1):
-        progress(f"batch read: run {run}/{opts.runs}")
-        rt_s = _noop(rt())
-        parquet_s = _noop(parquet_frame())
-        synthetic_s = _noop(synthetic())
-        plan_s, read_s, found, _ = _python_read(directory, codec)
-        tiny_s = _noop(tiny.load(str(directory)))
-        results["rt"].values.append(rows / rt_s)
-        results["parquet"].values.append(rows / parquet_s)
-        results["ratio"].values.append(100 * parquet_s / rt_s)
-        results["synthetic"].values.append(rows / synthetic_s)
-        results["python"].values.append(found / read_s)
-        results["plan"].values.append(plan_s)
-        results["tiny"].values.append(tiny_s)
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if opts.cluster_workers > 0:
+            cluster = _cluster_reader(stack, opts, root / "cluster", directory, progress)
+            results |= _cluster_results(opts, cluster)
+        results |= more
+        for run in range(1, opts.runs + 1):
+            progress(f"batch read: run {run}/{opts.runs}")
+            rt_s = noop_seconds(rt())
+            if cluster is not None:
+                cluster_s = cluster.read()
+                results["cluster"].values.append(rows / cluster_s)
+                results["cluster ratio"].values.append(100 * rt_s / cluster_s)
+            parquet_s = noop_seconds(parquet_frame())
+            synthetic_s = noop_seconds(synthetic())
+            plan_s, read_s, found, _ = _python_read(directory, codec)
+            tiny_s = noop_seconds(tiny.load(str(directory)))
+            results["rt"].values.append(rows / rt_s)
+            results["parquet"].values.append(rows / parquet_s)
+            results["ratio"].values.append(100 * parquet_s / rt_s)
+            results["synthetic"].values.append(rows / synthetic_s)
+            results["python"].values.append(found / read_s)
+            results["plan"].values.append(plan_s)
+            results["tiny"].values.append(tiny_s)
     return list(results.values())
+
+
+def _cluster_reader(
+    stack: contextlib.ExitStack[Any],
+    opts: SparkBenchOptions,
+    root: Path,
+    directory: Path,
+    progress: Callable[[str], None],
+) -> ClusterReader:
+    """A driver on a standalone cluster of ``opts.cluster_workers`` workers on this
+    machine, warmed up on ``directory``; the cluster stops when ``stack`` closes."""
+    cluster = stack.enter_context(StandaloneCluster(root, opts.cluster_workers, progress))
+    progress("batch read: a driver on the cluster, warming up")
+    return cluster.driver(directory, opts.rows)
+
+
+def _cluster_results(opts: SparkBenchOptions, cluster: ClusterReader) -> dict[str, Result]:
+    workers = opts.cluster_workers
+    on = f"{workers} workers of {WORKER_CORES} core"
+    return {
+        "cluster": Result(
+            f"batch read through a standalone cluster ({on}), format('rt') -> noop",
+            "rows/s",
+            "-",
+            note=f"{cluster.rows:,} rows counted, {cluster.partitions} partitions, "
+            f"{cluster.executors} executors asking for rtlog, on {CLUSTER_ADDRESS}; "
+            "authenticated and encrypted",
+        ),
+        "cluster ratio": Result(
+            "cluster read rate / local read rate",
+            "%",
+            "-",
+            note=f"{on} against {opts.master}, run by run",
+        ),
+    }
 
 
 def _end_of(directory: Path) -> int:
@@ -697,9 +758,10 @@ def run_spark_bench(opts: SparkBenchOptions, progress: Callable[[str], None]) ->
     """Every Spark measurement in one session; temporary files under ``opts.workdir``."""
     import pyspark
 
-    report = SparkBenchReport(
-        versions=f"pyspark {pyspark.__version__}, pyarrow {pa.__version__}, {opts.master}"
-    )
+    versions = f"pyspark {pyspark.__version__}, pyarrow {pa.__version__}, {opts.master}"
+    if opts.cluster_workers > 0:
+        versions += f" and a standalone cluster of {opts.cluster_workers} workers"
+    report = SparkBenchReport(versions=versions)
     tmp = Path(tempfile.mkdtemp(prefix="rt-bench-spark-", dir=opts.workdir))
     try:
         progress("starting a local Spark session")

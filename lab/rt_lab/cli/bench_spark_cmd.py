@@ -17,6 +17,13 @@ __all__ = ["spark_bench"]
 @option(
     "--rows", click.IntRange(1000), 2_000_000, "Messages in the batch read (100-byte payloads)."
 )
+@option(
+    "--cluster-workers",
+    click.IntRange(0, 16),
+    3,
+    "Workers (1 core each) of a standalone Spark cluster on 127.0.0.1 that the batch read "
+    "also runs on (0 skips it).",
+)
 @seconds_option(
     "--lag-seconds",
     30.0,
@@ -49,13 +56,14 @@ def spark_bench(
     output: Path | None,
     as_json: bool,
     rows: int,
+    cluster_workers: int,
     lag_seconds: float,
     rate: int,
     memory_rows: int,
     memory_rate: int,
     memory_bound_mb: float,
 ) -> None:
-    """The rt Spark data source in a local[2] session: batch read, streaming lag, memory.
+    """The rt Spark data source, local[2] and a local cluster: batch read, lag, memory.
 
     \b
     batch read  a publisher log of --rows messages read with
@@ -63,6 +71,10 @@ def spark_bench(
                 the same rows in Parquet read by Spark's reader; also timed on
                 their own: planning on the driver, the slice reader without
                 Spark, and a Python source handing over pre-built Arrow batches
+    cluster     the same read of the same log, run by run, through a
+                standalone master and --cluster-workers workers on
+                127.0.0.1, secured as the stream's cluster (a new Spark
+                secret); rows/s and its ratio to the local read
     lag         --rate msg/s for --lag-seconds while a streaming query writes
                 Parquet (trigger 1 s); publish -> micro-batch committed (p50,
                 p99), and every published id in the sink exactly once
@@ -87,6 +99,7 @@ def spark_bench(
         memory_rows=memory_rows,
         memory_rate=memory_rate,
         memory_bound_mb=memory_bound_mb,
+        cluster_workers=cluster_workers,
     )
     commit = source_commit()
     say = progress("rt bench spark")

@@ -29,6 +29,7 @@ def test_a_tiny_spark_bench_reports_every_figure(tmp_path: Path) -> None:
         "--memory-rows=100000",
         "--memory-rate=50000",
         "--memory-bound-mb=100000",
+        "--cluster-workers=0",  # the cluster phase: test_bench_spark_cluster.py
         f"--workdir={tmp_path / 'work'}",
         f"--output={doc}",
         "--json",
@@ -51,6 +52,7 @@ def test_a_tiny_spark_bench_reports_every_figure(tmp_path: Path) -> None:
     )
     assert median("batch read, Python source yielding") > 1_000
     assert median("slice reader alone") > 10_000
+    assert not [name for name in results if "cluster" in name]
     assert 0 <= median("planning on the driver") < 60
     assert 0 < median("one-record rt query") < 60
 

@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-appliance package units fuzz chaos lint bench bench-peers peer-servers docs clean
+.PHONY: demo test test-appliance test-spark-cluster package units fuzz chaos lint bench bench-peers peer-servers docs clean
 
 # The product (rt_appliance, with its test tools) and the lab beside it (lab/: rt demo,
 # rt bench, rt chaos and the test harness), both editable. Editable as a path entry
@@ -24,7 +24,12 @@ test: $(STAMP)
 
 # Boots real systemd in systemd-nspawn containers and installs the built .deb (root).
 test-appliance: $(STAMP) package
-	$(PY) -m pytest -m container tests/appliance
+	$(PY) -m pytest -m "container and not spark_cluster" tests/appliance
+
+# Spark on the nodes in containers: the stream's Spark cluster, and the one pipeline for
+# the stream failing over between nodes (JVMs on every node: about 15 minutes).
+test-spark-cluster: $(STAMP) package
+	$(PY) -m pytest -m spark_cluster tests/appliance
 
 # .deb and .rpm of rt-appliance and rt-appliance-spark in dist/ (packaging/build.sh: a venv
 # under /opt/rt-appliance, nfpm); RT_PKG_SPARK=0 make package skips the Spark package.

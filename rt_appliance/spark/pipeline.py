@@ -225,6 +225,57 @@ def _run_query(
     return dict(query.lastProgress or {})
 
 
+class _LeaseKeeper:
+    """A thread saying that this pipeline wants the lease, every LEASE_POLL_S, whatever
+    Spark's calls on the main thread wait on (a query's start can take seconds on a
+    busy node, longer than a want stays fresh), and stopping the running query as soon
+    as the lease can no longer be trusted."""
+
+    def __init__(self, view: LeaseView) -> None:
+        self.view = view
+        self.lost = threading.Event()  # the running query was stopped for it
+        self._query: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._want()
+        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._thread.start()
+
+    def running(self, query: Any) -> None:
+        with self._lock:
+            self._query = query
+            self.lost.clear()
+
+    def idle(self) -> None:
+        with self._lock:
+            self._query = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.view.give_up()
+
+    def _want(self) -> None:
+        try:
+            self.view.want()
+        except OSError as exc:  # the node's data directory: a full disk, EIO
+            log.warning("cannot say this pipeline wants the %s lease: %s", LEASE_NAME, exc)
+
+    def _run(self) -> None:
+        while not self._stop.wait(LEASE_POLL_S):
+            self._want()
+            with self._lock:
+                query = self._query
+            if query is None or self.lost.is_set() or self.view.state().trust_s > 0:
+                continue
+            self.lost.set()
+            log.warning("the %s lease is ending without a renewal: stopping", LEASE_NAME)
+            try:
+                query.stop()
+            except Exception as exc:  # py4j: the JVM may be going down too
+                log.warning("stopping the query: %s", exc)
+
+
 def _run_under_lease(
     config: StreamConfig,
     node: str,
@@ -242,6 +293,7 @@ def _run_under_lease(
     spark = build_session(config, node, paths) if warm else None
     data_dir = config.data_dir_of(config.node(node))
     view = LeaseView(data_dir, node, LEASE_NAME, config.spark.lease_ms / 1000)
+    keeper = _LeaseKeeper(view)
     notifier.ready(f"standing by for the {LEASE_NAME} lease, output {paths.output}")
     log.info("pipeline on %s, one for the stream: wants the %s lease", node, LEASE_NAME)
     progress: dict[str, Any] = {}
@@ -249,7 +301,6 @@ def _run_under_lease(
     held: Position | None = None
     try:
         while not stop.is_set():
-            view.want()
             lease = view.state()
             if lease.trust_s <= 0:
                 line = f"standing by: the {LEASE_NAME} lease is {lease.holder or 'nobody'}'s"
@@ -269,19 +320,20 @@ def _run_under_lease(
             said = None
             spark = spark or build_session(config, node, paths)
             query = start_query(spark, config, paths, once=False)
-
-            def still() -> bool:
-                view.want()
-                return view.state().trust_s > 0
-
-            progress = _run_query(query, paths, notifier, stop, still, LEASE_POLL_S)
+            keeper.running(query)
+            try:
+                progress = _run_query(
+                    query, paths, notifier, stop, lambda: view.state().trust_s > 0, LEASE_POLL_S
+                )
+            finally:
+                keeper.idle()
             if not stop.is_set():
                 log.warning("%s no longer holds the %s lease: pipeline stopped", node, LEASE_NAME)
             if not warm:  # give the cluster's executors back
                 spark.stop()
                 spark = None
     finally:
-        view.give_up()
+        keeper.close()
     return progress
 
 

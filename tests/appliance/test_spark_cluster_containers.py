@@ -27,6 +27,7 @@ from tests.helpers import payloads, read_all
 
 pytestmark = [
     pytest.mark.container,
+    pytest.mark.spark_cluster,
     pytest.mark.slow,
     pytest.mark.skipif(_missing() is not None, reason=_missing() or ""),
 ]

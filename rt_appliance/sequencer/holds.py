@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,10 @@ def write_hold(path: Path, position: Position | int) -> None:
     """Record durably that everything before ``position`` is committed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"position": int(position), "updated_ns": wall_ns()})
-    tmp = path.with_name(path.name + ".tmp")
+    # one temporary name per writer: the pipeline's driver and Spark's source (another
+    # process) both move the pipeline's hold, and a shared name lets one's rename take
+    # the other's file
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with open(tmp, "w") as f:
         f.write(body + "\n")
         f.flush()

@@ -123,3 +123,30 @@ def test_a_job_trusts_its_lease_until_a_margin_before_it_expires(tmp_path: Path)
     assert other.state(now=100.0) == leases.LeaseState("rt-2", 0.0)
     leases.lease_file(tmp_path, "p").write_text("{not json")
     assert view.state(now=100.0).holder is None  # torn or damaged: not trusted
+
+
+def test_two_writers_of_one_hold_never_take_each_others_file(tmp_path: Path) -> None:
+    """The pipeline's driver and Spark's source (another process, here a thread) both
+    move the pipeline's hold; neither may find its temporary file renamed away."""
+    import threading
+
+    from rt_appliance.sequencer.holds import hold_path, read_holds, write_hold
+
+    path = hold_path(tmp_path, "spark-pipeline")
+    failures: list[BaseException] = []
+
+    def write(first: int) -> None:
+        try:
+            for n in range(first, first + 200):
+                write_hold(path, n)
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(k * 1000,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert read_holds(tmp_path)[0].position in (1199, 2199)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["spark-pipeline.json"]

@@ -300,9 +300,9 @@ class Sequencer:
         )
         # leases of jobs run once per stream (the failover Spark pipeline), if any
         self._leasing = config.spark.enabled and config.spark.failover
-        self._wants_seen = leases.LeaderWants(  # leader: which node wants which lease
-            node_name, max(leases.WANT_FRESH_S, HOLDS_REPORT_WAIT_INTERVALS * report_s)
-        )
+        # leader: which node wants which lease, by its reports of the last two intervals
+        # (a dead holder's last want would otherwise be renewed for as long)
+        self._wants_seen = leases.LeaderWants(node_name, max(1.0, 2 * report_s))
         self._own_wants: list[str] = []
         self._wants_due = 0.0
         self._old_peers_said: frozenset[str] = frozenset()

@@ -8,7 +8,7 @@ long, syncs, walks a directory):
 * **the event loop**: pysyncobj (ticked by :meth:`RaftNode.run`; all of its state is
   read and changed here only: ``apply``, snapshots, ``RaftNode.status``), the raft,
   control and report links (TLS), and the small loops that
-  observe, archive and measure the loop's lag;
+  observe, archive, grant leases and measure the loop's lag;
 * **worker threads** (``asyncio.to_thread``): the planner's large steps (a small one,
   a stream keeping up, runs on the loop), raft's journal
   syncs, a follower's report (its extents), the file half of a STATUS answer
@@ -561,7 +561,11 @@ class Sequencer:
                 )
                 self.metrics.lease_grants.labels(name).set(lease["grants"])
                 if written.get(name) != lease:
-                    await asyncio.to_thread(leases.write_lease, self.data_dir, name, lease)
+                    try:
+                        await asyncio.to_thread(leases.write_lease, self.data_dir, name, lease)
+                    except OSError as exc:  # its job then stops trusting the lease in time
+                        log.warning("leases: cannot write %s: %s; retrying", name, exc)
+                        continue
                     written[name] = lease
             if not self.raft.leading_settled() or self.raft.unfit is not None:
                 continue

@@ -84,13 +84,16 @@ def read_wants(data_dir: Path, now: float | None = None) -> list[str]:
         entries = list(os.scandir(directory))
     except FileNotFoundError:
         return []
+    except OSError as exc:  # not a directory, not readable: no job can want through it
+        log.warning("leases: cannot read %s: %s", directory, exc)
+        return []
     wanted = []
     for entry in entries:
         if not entry.name.endswith(".want"):
             continue
         try:
             fresh = now - entry.stat().st_mtime < WANT_FRESH_S
-        except FileNotFoundError:
+        except OSError:  # gone since listed
             continue
         if fresh:
             wanted.append(entry.name.removesuffix(".want"))

@@ -56,22 +56,22 @@ class Jobs:
         self._thread.join()
 
 
+def _failover(tmp_path: Path) -> dict[str, object]:
+    """rt.yaml's spark section: one pipeline for the stream, on shared directories."""
+    shared = tmp_path / "shared"
+    return {
+        "enabled": True,
+        "failover": True,
+        "lease_ms": TTL_MS,
+        "output_dir": str(shared / "output"),
+        "checkpoint_dir": str(shared / "checkpoint"),
+    }
+
+
 def test_one_node_holds_the_lease_and_another_takes_it_when_that_node_dies(
     local_stream, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    shared = tmp_path / "shared"
-    stream = local_stream(
-        nodes=3,
-        extra={
-            "spark": {
-                "enabled": True,
-                "failover": True,
-                "lease_ms": TTL_MS,
-                "output_dir": str(shared / "output"),
-                "checkpoint_dir": str(shared / "checkpoint"),
-            }
-        },
-    )
+    stream = local_stream(nodes=3, extra={"spark": _failover(tmp_path)})
     stream.start(push_clients=False, pull_clients=False)
     stream.wait_leader()
     data_dirs = {n.name: stream.config.data_dir_of(n) for n in stream.config.nodes}
@@ -119,3 +119,22 @@ def test_one_node_holds_the_lease_and_another_takes_it_when_that_node_dies(
         assert jobs.both == [], jobs.both
         live = [n for n in stream.status()["nodes"] if n["name"] != first]
         assert all(n["leases"][NAME]["holder"] == second for n in live), live
+
+
+def test_a_node_that_cannot_write_its_lease_file_keeps_running(
+    local_stream, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    stream = local_stream(nodes=3, extra={"spark": _failover(tmp_path)})
+    broken = stream.config.data_dir_of(stream.config.node("rt-1"))
+    broken.mkdir(parents=True, exist_ok=True)
+    (broken / "leases").write_text("not a directory\n")  # every write under it fails
+    stream.start(push_clients=False, pull_clients=False)
+    stream.wait_leader()
+    data_dirs = {"rt-2": stream.config.data_dir_of(stream.config.node("rt-2"))}
+    with Jobs(data_dirs) as jobs:
+        wait_until(lambda: jobs.holder() == "rt-2", 30, "rt-2's job to hold the lease")
+        log = stream.node_daemon("rt-1").log_path
+        wait_until(
+            lambda: "leases: cannot write spark-pipeline" in log.read_text(), 15, "the warning"
+        )
+    assert stream.node_daemon("rt-1").running, stream.logs()

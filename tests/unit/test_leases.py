@@ -109,6 +109,9 @@ def test_a_job_wants_by_touching_and_stops_wanting_when_it_stops(tmp_path: Path)
     leases.give_up(tmp_path, "p")
     assert leases.read_wants(tmp_path) == []
     assert leases.read_wants(tmp_path / "nowhere") == []
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "leases").write_text("not a directory")
+    assert leases.read_wants(tmp_path / "file") == []
 
 
 def test_a_job_trusts_its_lease_until_a_margin_before_it_expires(tmp_path: Path) -> None:

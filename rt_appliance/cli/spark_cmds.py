@@ -26,7 +26,8 @@ SPARK_MISSING = (
 @click.option(
     "--once",
     is_flag=True,
-    help="Process what the merged log holds now (Trigger.AvailableNow), then exit.",
+    help="Process what the merged log holds now (Trigger.AvailableNow), then exit "
+    "(refused with spark.failover: the shared checkpoint is the lease holder's).",
 )
 def spark_pipeline(config_path: Path, node: str, once: bool) -> None:
     """Write this node's merged log to Parquet with Spark, exactly once across restarts.

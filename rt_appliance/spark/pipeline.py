@@ -183,6 +183,12 @@ def run_pipeline(
     """
     if not config.spark.enabled:
         log.warning("spark.enabled is false in the configuration; running anyway")
+    if once and config.spark.failover:
+        raise UsageError(
+            "--once writes the shared checkpoint without the lease, beside the pipeline that "
+            "holds it: with spark.failover, run the pipeline unit (it works while its node "
+            "holds the lease)"
+        )
     paths = paths_of(config, node)
     if not paths.merged.is_dir():
         raise UsageError(f"{paths.merged}: no merged log on node {node} (is rt-sequencer running?)")

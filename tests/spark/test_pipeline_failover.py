@@ -148,3 +148,16 @@ def _alive(*procs: subprocess.Popen[str]) -> bool:
 
 def _log(tmp_path: Path, node: str) -> str:
     return (tmp_path / f"pipeline-{node}.log").read_text()
+
+
+def test_once_is_refused_with_failover(tmp_path: Path) -> None:
+    """A run with --once would write the shared checkpoint without holding the lease."""
+    done = subprocess.run(
+        [*RT, "spark-pipeline", "--config", str(config(tmp_path)), "--node", "rt-1", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--once writes the shared checkpoint without the lease" in done.stderr
+    assert not (tmp_path / "shared").exists()  # nothing started, nothing written

@@ -9,6 +9,7 @@ key is documented in ``etc/rt.yaml`` and ``docs/CONFIG.md``.
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -77,7 +78,7 @@ class SparkConfig(_Model):
     output_dir: str | None = None  # Parquet; default <node data_dir>/spark/output
     checkpoint_dir: str | None = None  # Spark's checkpoint; default <data_dir>/spark/checkpoint
     failover: bool = False  # one pipeline for the stream, on shared storage, under a lease
-    lease_ms: Annotated[int, Field(ge=2000, le=600_000)] = 10_000  # the lease's term
+    lease_ms: Annotated[int, Field(ge=6000, le=600_000)] = 10_000  # the lease's term
     trigger_interval_ms: Annotated[int, Field(ge=0, le=3_600_000)] = 1000  # micro-batch period
     max_bytes_per_trigger: Size = 64 << 20  # most merged-log bytes one micro-batch reads
     memory: Size = 1 << 30  # the pipeline's driver memory (local mode: all of Spark's)
@@ -147,8 +148,14 @@ class SparkConfig(_Model):
                 raise FieldProblem(
                     (key,), f"failover needs one {key} for the stream, not one per node ({{name}})"
                 )
-        if self.output_dir == self.checkpoint_dir:
-            raise FieldProblem(("checkpoint_dir",), "checkpoint_dir must differ from output_dir")
+        output, checkpoint = (
+            PurePosixPath(str(self.output_dir)),
+            PurePosixPath(str(self.checkpoint_dir)),
+        )
+        if checkpoint.is_relative_to(output) or output.is_relative_to(checkpoint):
+            raise FieldProblem(
+                ("checkpoint_dir",), "checkpoint_dir and output_dir may not hold one another"
+            )
         return self
 
     @model_validator(mode="after")

@@ -550,6 +550,7 @@ class Sequencer:
         renew them (:func:`leases.decide`), through raft."""
         ttl_ns = self.config.spark.lease_ms * 1_000_000
         written: dict[str, Any] = {}
+        self.metrics.lease_held.labels("spark-pipeline").set(0)  # an alert sees it before a grant
         while True:
             await asyncio.sleep(LEASE_EVERY_S)
             with self.machine.cond:

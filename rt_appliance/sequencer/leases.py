@@ -4,7 +4,7 @@ A job that must run once per stream, not once per node (the Spark pipeline whose
 checkpoint and output live on shared storage), runs on every node but works only
 where it holds the lease. The files of a node, in ``<data_dir>/leases/``::
 
-    <name>.want     the job touches it every second while it runs and wants the lease
+    <name>.want     the job touches it twice a second while it runs and wants the lease
     <name>.json     the node writes the committed lease there: holder, until (ns)
 
 The node reports its fresh wants to the leader with its control reports. The leader
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rt_appliance.clock import wall_ns
 from rt_appliance.sequencer.state import Lease
 
 __all__ = [
@@ -50,7 +51,6 @@ log = logging.getLogger(__name__)
 
 LEASES_DIR = "leases"
 WANT_FRESH_S = 3.0  # a want file touched longer ago than this is a job that stopped
-WANT_EVERY_S = 1.0  # how often a job touches its want file
 
 
 def want_file(data_dir: Path, name: str) -> Path:
@@ -72,8 +72,12 @@ def want(data_dir: Path, name: str) -> None:
 
 
 def give_up(data_dir: Path, name: str) -> None:
-    """The job stops: its node no longer asks for the lease."""
-    want_file(data_dir, name).unlink(missing_ok=True)
+    """The job stops: its node no longer asks for the lease (once its want goes stale,
+    if the file cannot be removed)."""
+    try:
+        want_file(data_dir, name).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("leases: cannot remove %s: %s", want_file(data_dir, name), exc)
 
 
 def read_wants(data_dir: Path, now: float | None = None) -> list[str]:
@@ -113,7 +117,7 @@ def read_lease(data_dir: Path, name: str) -> dict[str, Any] | None:
     """The committed lease as the node last wrote it; None before it wrote one."""
     try:
         doc = json.loads(lease_file(data_dir, name).read_text())
-    except (FileNotFoundError, ValueError):
+    except (OSError, ValueError):  # none yet, torn, or unreadable: not a lease to trust
         return None
     return doc if isinstance(doc, dict) else None
 
@@ -195,7 +199,7 @@ class LeaseView:
         give_up(self.data_dir, self.name)
 
     def state(self, now: float | None = None) -> LeaseState:
-        now = time.time() if now is None else now
+        now = wall_ns() / 1e9 if now is None else now  # the clock the leader judges by
         doc = read_lease(self.data_dir, self.name)
         if doc is None:
             return LeaseState(None, 0.0)

@@ -34,7 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from rt_appliance.errors import PositionPrunedError, UsageError
+from rt_appliance.errors import LogError, PositionPrunedError, UsageError
 from rt_appliance.log.segments import list_files
 from rt_appliance.position import Position
 from rt_appliance.sequencer.holds import write_hold
@@ -175,7 +175,14 @@ class RtStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             slices = self._planned[2]
         else:  # a batch logged before a restart: plan the same range again
             o = self.options
-            slices = plan(o.directory, begin, stop, split_bytes=o.split_bytes).slices
+            found = plan(o.directory, begin, stop, split_bytes=o.split_bytes)
+            if found.end < stop:  # logged where the log was longer (another node's copy)
+                raise LogError(
+                    f"{o.directory} ends at {found.end.format()}, before {stop.format()} "
+                    "where the logged batch ends: this copy of the log is behind; "
+                    "run again once it has caught up"
+                )
+            slices = found.slices
         return _partitions(self.options, slices)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

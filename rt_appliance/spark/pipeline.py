@@ -47,6 +47,7 @@ from rt_appliance.sequencer.holds import hold_path, write_hold
 from rt_appliance.sequencer.leases import LeaseView
 from rt_appliance.spark.java import find_java
 from rt_appliance.spark.security import session_on_cluster
+from rt_appliance.subscribe import Subscriber
 
 __all__ = [
     "HOLD_NAME",
@@ -269,17 +270,23 @@ class _LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.wait(LEASE_POLL_S):
-            self._want()
-            with self._lock:
-                query = self._query
-            if query is None or self.lost.is_set() or self.view.state().trust_s > 0:
-                continue
-            self.lost.set()
-            log.warning("the %s lease is ending without a renewal: stopping", LEASE_NAME)
             try:
-                query.stop()
-            except Exception as exc:  # py4j: the JVM may be going down too
-                log.warning("stopping the query: %s", exc)
+                self._look()
+            except Exception:  # never end quietly: the want would go stale for good
+                log.exception("lease keeper: looking at the %s lease failed", LEASE_NAME)
+
+    def _look(self) -> None:
+        self._want()
+        with self._lock:
+            query = self._query
+        if query is None or self.lost.is_set() or self.view.state().trust_s > 0:
+            return
+        self.lost.set()
+        log.warning("the %s lease is ending without a renewal: stopping", LEASE_NAME)
+        try:
+            query.stop()
+        except Exception as exc:  # py4j: the JVM may be going down too
+            log.warning("stopping the query: %s", exc)
 
 
 def _run_under_lease(
@@ -308,7 +315,9 @@ def _run_under_lease(
     try:
         while not stop.is_set():
             lease = view.state()
-            if lease.trust_s <= 0:
+            # a query starts only on a lease with a quarter term left: it stops at once
+            # if the lease then runs out while the query starts (the keeper watches)
+            if lease.trust_s < view.margin_s:
                 line = f"standing by: the {LEASE_NAME} lease is {lease.holder or 'nobody'}'s"
                 if lease.holder == node:
                     line = f"standing by: this node's {LEASE_NAME} lease ends, not renewed"
@@ -325,6 +334,8 @@ def _run_under_lease(
             )
             said = None
             spark = spark or build_session(config, node, paths)
+            if not _caught_up(paths, view, notifier, stop):
+                continue
             query = start_query(spark, config, paths, once=False)
             keeper.running(query)
             try:
@@ -343,22 +354,50 @@ def _run_under_lease(
     return progress
 
 
-def checkpoint_position(checkpoint: Path) -> Position | None:
-    """Where the last batch committed in Spark checkpoint ``checkpoint`` ends; None
-    before one did. Spark writes ``offsets/N`` (a version line, the batch's metadata,
-    then one offset per source), and ``commits/N`` once batch N is in the output."""
+def checkpoint_position(checkpoint: Path, logged: bool = False) -> Position | None:
+    """Where the last batch committed in Spark checkpoint ``checkpoint`` ends (with
+    ``logged``: the last batch logged, committed or not); None before there is one, or
+    while the checkpoint cannot be read. Spark writes ``offsets/N`` (a version line, the
+    batch's metadata, then one offset per source), and ``commits/N`` once batch N is in
+    the output."""
     try:
-        batches = [int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()]
-    except FileNotFoundError:
+        listed = (checkpoint / ("offsets" if logged else "commits")).iterdir()
+        batches = [int(p.name) for p in listed if p.name.isdigit()]
+    except OSError as exc:  # none yet; or the shared storage failing (ESTALE, EIO)
+        if not isinstance(exc, FileNotFoundError):
+            log.warning("cannot read the checkpoint %s: %s", checkpoint, exc)
         return None
     for batch in sorted(batches, reverse=True):
         try:
             lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
             offset = json.loads(lines[2])
             return Position.parse(offset["position"])
-        except (FileNotFoundError, IndexError, ValueError, KeyError, TypeError):
+        except (OSError, IndexError, ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def _caught_up(
+    paths: PipelinePaths, view: LeaseView, notifier: Notifier, stop: threading.Event
+) -> bool:
+    """Wait until this node's merged log reaches the end of the last batch logged in the
+    shared checkpoint: a holder that died after logging a batch planned it on its own
+    copy, and Spark replays it with those offsets. False if the lease ran short first."""
+    logged = checkpoint_position(paths.checkpoint, logged=True)
+    said = False
+    while logged is not None and not stop.is_set():
+        local = Subscriber(paths.merged).end_position()
+        if local >= logged:
+            return True
+        if view.state().trust_s < view.margin_s:
+            return False
+        if not said:
+            log.info("waiting for this node's merged log to reach %s", logged.format())
+            said = True
+        notifier.status(f"catching up to {logged.format()} before taking over")
+        notifier.watchdog()
+        stop.wait(LEASE_POLL_S)
+    return not stop.is_set()
 
 
 def _hold_from_checkpoint(paths: PipelinePaths, held: Position | None) -> Position | None:

@@ -334,7 +334,8 @@ def test_two_masters_are_refused() -> None:
         ("", "failover needs output_dir on storage every node mounts"),
         ("  output_dir: /nfs/{name}\n", "not one per node ({name})"),
         ("  output_dir: /nfs/o\n", "failover needs checkpoint_dir on storage every node mounts"),
-        ("  output_dir: /nfs/o\n  checkpoint_dir: /nfs/o\n", "must differ from output_dir"),
+        ("  output_dir: /nfs/o\n  checkpoint_dir: /nfs/o\n", "may not hold one another"),
+        ("  output_dir: /nfs/o\n  checkpoint_dir: /nfs/o/cp\n", "may not hold one another"),
     ],
 )
 def test_validate_refuses_failover_without_shared_directories(edit: str, message: str) -> None:

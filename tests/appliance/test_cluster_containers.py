@@ -115,11 +115,6 @@ class Cluster:
         if self.spark_deb is not None:  # Java comes bound in from this machine
             spark = f"/mnt/dist/{self.spark_deb.name}"
             node.run("dpkg", "-i", "--force-depends", spark, timeout_s=600)
-            # An installed Debian names itself in /etc/hostname and /etc/hosts; the
-            # container's tree has neither of its own, and Spark resolves its host name.
-            (node.root / "etc/hostname").write_text(f"{name}\n")
-            node.run("hostname", name)
-            (node.root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n")
         (node.root / "etc/rt/rt.yaml").write_bytes(self.config_path.read_bytes())
         self.install_certs(name)
         node.run("rt", "apply", "--host", name)

@@ -11,7 +11,6 @@ installed without checking that dependency.
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,9 +93,6 @@ def test_pipeline_unit_turns_published_messages_into_parquet(node: Container) ->
     node.run("dpkg", "-i", "--force-depends", "/mnt/dist/rt-appliance-spark_0.1.0-1_amd64.deb")
     node.run("/opt/rt-appliance/bin/python", "-c", "import pyspark, pyarrow")
 
-    # debootstrap's minimal tree has no /etc/hosts; an installed Debian names itself there
-    # (PySpark binds "localhost").
-    (node.root / "etc/hosts").write_text("127.0.0.1\tlocalhost\n127.0.1.1\trt-spark-1\n")
     (node.root / "etc/rt/rt.yaml").write_text(yaml.safe_dump(STREAM, sort_keys=False))
     node.run("rt", "certs", "init", "--config", "/etc/rt/rt.yaml", "--out", "/root/tls")
     for name in ("ca.crt", "rt-1.crt", "pub-1.crt", "rt-1.key", "pub-1.key"):
@@ -155,19 +151,11 @@ def test_pipeline_unit_turns_published_messages_into_parquet(node: Container) ->
 
     # format("rt") in a new session of the package's Python, with no line registering it
     # and nothing else set: its .pth names the workers' Python, pyspark_rt the source.
-    def read_merged() -> subprocess.CompletedProcess[str]:
-        return node.run(
-            "runuser", "-u", "rt", "--", "env", f"JAVA_HOME={DEFAULT_JAVA_HOME}",
-            "SPARK_LOCAL_IP=127.0.0.1",  # this shell's host name does not resolve here
-            "/opt/rt-appliance/bin/python", "-c", READ_MERGED,
-            check=False, timeout_s=240,
-        )  # fmt: skip
-
-    counted = read_merged()
-    if counted.returncode != 0:  # once in a CI run Spark's analysis failed here, cause cut off
-        first = [ln for ln in counted.stderr.splitlines() if "Error" in ln or "Exception" in ln]
-        print("the first read failed; trying once more:\n" + "\n".join(first[:20]))
-        counted = read_merged()
+    counted = node.run(
+        "runuser", "-u", "rt", "--", "env", f"JAVA_HOME={DEFAULT_JAVA_HOME}",
+        "/opt/rt-appliance/bin/python", "-c", READ_MERGED,
+        check=False, timeout_s=240,
+    )  # fmt: skip
     cause = [ln for ln in counted.stderr.splitlines() if "Error" in ln or "Exception" in ln]
     assert counted.returncode == 0, "\n".join(cause[:20]) + counted.stderr[-3000:]
     assert counted.stdout.split()[-1] == str(ROWS)

@@ -124,6 +124,16 @@ class Container:
             )
         self.pid = self._find_init(timeout_s)
         self._wait_running(timeout_s)
+        self._name_itself()
+
+    def _name_itself(self) -> None:
+        """Name the container as an installed Debian names itself: /etc/hostname and
+        /etc/hosts. debootstrap copies this machine's /etc/hostname into the tree, so at
+        boot the container took this machine's name, which nothing inside resolves
+        (Java's InetAddress.getLocalHost, and with it Spark, fails on it)."""
+        (self.root / "etc/hostname").write_text(f"{self.name}\n")
+        self.run("hostname", self.name)
+        (self.root / "etc/hosts").write_text(f"127.0.0.1\tlocalhost\n127.0.1.1\t{self.name}\n")
 
     def _find_init(self, timeout_s: float) -> int:
         assert self._process is not None

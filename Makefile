@@ -20,7 +20,7 @@ demo: $(STAMP)
 	$(VENV)/bin/rt demo
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not container"
+	$(PY) -m pytest -m "not container" --durations=30
 
 # Boots real systemd in systemd-nspawn containers and installs the built .deb (root).
 test-appliance: $(STAMP) package

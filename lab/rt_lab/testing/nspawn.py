@@ -56,6 +56,14 @@ def rootfs() -> Path:
     return tree
 
 
+# what a root shell in the container starts with (its systemd's default PATH)
+_CONTAINER_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/root",
+}
+
+
 class Container:
     """One booted container; use as a context manager."""
 
@@ -165,9 +173,13 @@ class Container:
         timeout_s: float = 120.0,
         input_text: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command inside the container (all its namespaces), as root."""
+        """Run a command inside the container (all its namespaces), as root, with an
+        environment of its own: nsenter passes on its caller's, and a variable this test
+        process set (PYSPARK_PYTHON naming this machine's venv, say) would change what
+        runs inside."""
         result = subprocess.run(
             ["nsenter", "-t", str(self.pid), "-a", "--", *argv],
+            env=_CONTAINER_ENV,
             capture_output=True,
             text=True,
             timeout=timeout_s,

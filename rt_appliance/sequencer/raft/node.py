@@ -168,12 +168,10 @@ class RaftNode:
         if journal_file is not None:
             patches.check("FileJournal", journal_file)
             patches.check("ResizableFile", journal_file._FileJournal__journalFile)
-        # pysyncobj wakes its own poller through a pipe on every command; raft is ticked by
-        # :meth:`run` instead, and :meth:`propose` asks for the tick itself.
-        self._obj._SyncObj__pipeNotifier = _NoNotifier()
         UNDECODABLE[0] = (self._obj._methodToID[self._obj._getFuncName("apply")], (b"",))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick_pending = False
+        self._news_sent = (0, 0, -1)  # (last index, commit index, term) last sent (leader)
         self._tick_failures = 0
         self._commit_seen = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -299,6 +297,7 @@ class RaftNode:
             obj._SyncObj__raftCommitIndex = limit
         try:
             obj.doTick(0.0)
+            self._send_news()
             if self._settled_term != obj.raftCurrentTerm and self.leading_settled():
                 self._settled_term = obj.raftCurrentTerm
                 if self.on_settled is not None:
@@ -322,6 +321,24 @@ class RaftNode:
                     entries,
                     time.monotonic() - since,
                 )
+
+    def _send_news(self) -> None:
+        """A leader sends what a tick made new, new entries or a higher commit index, to
+        every follower at once, in one message each.
+
+        pysyncobj's own way (``appendEntriesUseBatch`` off) sends a message per follower
+        for every proposal it takes and again for every commit it applies: a tick that
+        takes two proposals and commits one sent three to each follower, each a pickle
+        and a TLS record on this loop. One carries them all, sent as soon as the tick
+        ends; with nothing new, the heartbeats go out on raft's own timer."""
+        obj = self._obj
+        if not obj._isLeader():
+            self._news_sent = (0, 0, -1)
+            return
+        news = (obj._SyncObj__getCurrentLogIndex(), obj._SyncObj__raftCommitIndex, self.term())
+        if news != self._news_sent:
+            self._news_sent = news
+            obj._SyncObj__sendAppendEntries()
 
     def _release_commit(self, held_at: int, commit: int) -> None:
         """Give back the commit index a batch tick held at ``held_at``: ``commit``, or
@@ -606,13 +623,6 @@ def _transfer_answer(_result: Any, error: int) -> None:
         log.debug("raft: leadership hand-over not made (%s)", _FAIL_NAMES.get(error, error))
 
 
-class _NoNotifier:
-    """Stands in for pysyncobj's pipe notifier (its poller is not what wakes raft here)."""
-
-    def notify(self) -> None:
-        return None
-
-
 def _entry_json(entry: Any) -> list[Any]:
     command, idx, term = entry
     if isinstance(command, str):
@@ -648,7 +658,10 @@ def _conf(
         connectionTimeout=max(max_timeout, RAFT_CONNECTION_TIMEOUT_MIN_S),
         connectionRetryTime=RAFT_CONNECTION_RETRY_S,
         leaderFallbackTimeout=max(max_timeout * 2, RAFT_LEADER_FALLBACK_MIN_S),
-        appendEntriesUseBatch=False,  # send each new entry and commit at once: latency
+        # pysyncobj's sends per entry and per commit are off: RaftNode sends what a tick
+        # made new at its end, at once and in one message per follower (_send_news); and
+        # pysyncobj makes no wake-up pipe: raft is ticked by RaftNode.run, propose kicks it
+        appendEntriesUseBatch=True,
         appendEntriesBatchSizeBytes=RAFT_APPEND_BATCH_BYTES,
         bindAddress=None,  # the transport binds the node's own address
         preferredAddrType="ipv4",

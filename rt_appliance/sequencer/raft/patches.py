@@ -51,7 +51,7 @@ PRIVATE_ATTRIBUTES: dict[str, tuple[str, ...]] = {
         "_SyncObj__raftLog",
         "_SyncObj__raftElectionDeadline",
         "_SyncObj__newAppendEntriesTime",
-        "_SyncObj__pipeNotifier",
+        "_SyncObj__sendAppendEntries",
         "_SyncObj__raftState",
         "_SyncObj__raftLeader",
         "_SyncObj__raftMatchIndex",

@@ -19,6 +19,7 @@ from rt_lab.bench.peers.workload import (
     HEADER,
     PAYLOAD_BYTES,
     Receiver,
+    Ticks,
     due_count,
     make_batch,
     sequence_problems,
@@ -96,6 +97,17 @@ def test_pacing_owes_the_first_message_at_once_then_rate_per_second() -> None:
     assert due_count(999_999, 5000, 100) == 5  # just before 1 ms: 4.99... due, plus the first
     assert due_count(1_000_000, 5000, 100) == 6
     assert due_count(10**9, 5000, 100) == 100  # never more than the total
+
+
+def test_pacing_sleeps_through_ticks_with_nothing_due() -> None:
+    slow = Ticks(20, 1.0)
+    assert len(slow.due()) == 1  # the first message at once
+    assert 0.040 < slow.wait_s() <= 0.050  # the next is due 50 ms after the start
+    assert slow.tick == 50  # the 49 ticks between are slept through
+    fast = Ticks(5000, 1.0)
+    fast.due()
+    assert fast.wait_s() <= 0.001  # due on every tick: the next tick
+    assert fast.tick == 1
 
 
 # -- percentiles and medians -------------------------------------------------------------

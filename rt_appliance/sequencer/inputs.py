@@ -215,6 +215,11 @@ class InputDir:
         for f in files:
             if f.key == at.file_key:
                 if f.key == files[-1].key:
+                    # in the node process, what its push server synced there: records it
+                    # checked before writing them, with no walk of the file again
+                    held = self._held(self.name) if self._held is not None else None
+                    if held is not None and held.file_key == f.key:
+                        return held.offset
                     return self._valid_end(f)
                 return _end_of(f).offset
         return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from rt_appliance.log.format import FILE_KIND_PUBLISHER, encode_file_header, encode_record
 from rt_appliance.position import Position
 from rt_appliance.sequencer.inputs import InputDir
@@ -164,3 +166,27 @@ def test_a_rewrite_never_writes_past_the_end_of_the_copy(tmp_path: Path) -> None
     assert not inputs.rewrite(Position.of(1, 0, len(good) - 4), good[-4:] + more)
     assert path.read_bytes() == good  # the push server appends there, not a repair
     assert not inputs.rewrite(Position.of(1, 1, start), more)  # no such file
+
+
+def test_in_the_node_process_the_newest_files_end_is_what_its_push_server_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the push server checked those records before writing them and synced them: the
+    # planner reads up to there without walking the file again, and never past it
+    records = _records(1, 4)
+    plain, path, header = _replica(tmp_path, records)
+    size = len(records[0])
+    synced = Position.of(1, 0, header + 2 * size)
+    d = InputDir(path.parent, sync=False, held=lambda name: synced if name == NAME else None)
+    walks: list[int] = []
+    real_walk = InputDir._valid_end
+    monkeypatch.setattr(
+        InputDir, "_valid_end", lambda self, f: walks.append(1) or real_walk(self, f)
+    )
+    start = Position.of(1, 0, header)
+    got = d.read(start, Position.of(1, 0, header + 4 * size), max_bytes=1 << 20)
+    assert got is not None and got.data == records[0] + records[1] and got.ids == [1, 2]
+    assert walks == []
+    # outside the node process (no push server to ask) the file is walked
+    assert plain.read(start, Position.of(1, 0, header + 4 * size), 1 << 20) is not None
+    assert walks == [1]

@@ -118,7 +118,7 @@ def test_interrupting_the_demo_stops_every_process(tmp_path: Path, sig: signal.S
 @pytest.mark.spark
 def test_demo_runs_the_spark_pipeline_and_counts_every_message(tmp_path: Path) -> None:
     work = tmp_path / "demo"
-    args = ["demo", "--nodes", "1", "--duration", "4", "--free-ports", "--workdir", str(work)]
+    args = ["demo", "--nodes", "1", "--duration", "2", "--free-ports", "--workdir", str(work)]
     done = subprocess.run([*RT, *args], capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
     summary = json.loads((work / "summary.json").read_text())

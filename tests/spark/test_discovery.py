@@ -128,14 +128,19 @@ def test_a_wheel_install_is_found_with_no_line(tmp_path: Path) -> None:
     )
     (wheel,) = wheels.glob("rt_appliance-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # no pip of its own (ensurepip is the slow part of making one): this environment's
+    # pip installs into it (--python)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120
+    )
     # the dependencies (pyspark and the rest) from this environment, without its own
     # rt_appliance: a path entry adds the directory, not its .pth files (the editable hook)
     site = Path(sysconfig.get_paths(vars={"base": str(venv)})["purelib"])
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     python = venv / "bin" / "python"
+    install = ["install", "--quiet", "--no-deps", str(wheel)]
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", str(wheel)],
+        [sys.executable, "-m", "pip", "--python", str(python), *install],
         check=True,
         capture_output=True,
         timeout=300,

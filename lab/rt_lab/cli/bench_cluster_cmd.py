@@ -47,6 +47,9 @@ __all__ = ["cluster_bench"]
     "Total msg/s of the latency and stages runs, and of the trace's busy run.",
 )
 @option("--idle-rate", click.IntRange(2), 20, "Total msg/s of the trace's idle run.")
+@seconds_option(
+    "--quiet-seconds", 10.0, "How long the trace measures the nodes' CPU with no traffic."
+)
 @seconds_option("--latency-seconds", 10.0, "Length of each latency, stages and trace run.")
 @option(
     "--memory-messages",
@@ -134,6 +137,7 @@ def cluster_bench(
     latency_rate: int,
     latency_seconds: float,
     idle_rate: int,
+    quiet_seconds: float,
     memory_messages: int,
     memory_rate: int,
     publisher_fsync: str,
@@ -173,7 +177,7 @@ def cluster_bench(
                 delivered) the time since publish (p50, p99); the nodes' CPU
                 (and the client daemons' with --clients daemons) and the
                 applications', as a share of one core, during the traffic,
-                and the nodes' during 10 s with no traffic before it
+                and the nodes' during --quiet-seconds with no traffic before it
     memory      RSS of every rt node process while --memory-messages pass (once)
 
     A run that makes no progress for --stall-seconds is reported with the nodes'
@@ -192,6 +196,7 @@ def cluster_bench(
         latency_rate=latency_rate,
         latency_seconds=latency_seconds,
         idle_rate=idle_rate,
+        quiet_s=quiet_seconds,
         memory_messages=memory_messages,
         memory_rate=memory_rate,
         publisher_fsync=publisher_fsync,

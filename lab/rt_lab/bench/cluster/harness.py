@@ -84,6 +84,7 @@ class ClusterBenchOptions:
     latency_rate: int = 5_000  # msg/s in total
     latency_seconds: float = 10.0
     idle_rate: int = 20  # msg/s in total of the trace's idle run
+    quiet_s: float = 10.0  # the trace's run with no traffic, before the traced traffic
     memory_messages: int = 10_000_000  # in total
     memory_rate: int = 50_000  # msg/s in total; 0: as fast as possible
     publisher_fsync: str = "never"

@@ -7,7 +7,7 @@ each input's ids. After the run every message published is read back from the le
 ``in/`` (its input, its end position, its publish timestamp) and placed on those marks
 (:mod:`rt_lab.bench.tracemap`). The result is, per step, the time since publish (p50,
 p99) and the time since the step before (p50), plus the nodes' and the applications'
-share of one core over the run, and the nodes' over ``IDLE_S`` seconds before it with
+share of one core over the run, and the nodes' over ``--quiet-seconds`` before it with
 no traffic at all.
 """
 
@@ -43,7 +43,6 @@ CLIENT_DAEMONS = ("push-client", "pull-client")  # with --clients daemons
 # the rows of the CPU table: the nodes' processes (rt node), the client daemons if any,
 # and the applications (with the clients in process, their push and pull clients' too)
 CPU_ROWS = ("node", *CLIENT_DAEMONS, "applications")
-IDLE_S = 10.0  # the stream running with no traffic, before the traced traffic starts
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ def _traced_run(
         pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
         for role in CLIENT_DAEMONS if not opts.in_process else ():
             pids.update({f"{role}-{host}": pid for host, pid in b.pids(role).items()})
-        idle_cpu = _cpu_share(pids, lambda: time.sleep(IDLE_S))
+        idle_cpu = _cpu_share(pids, lambda: time.sleep(opts.quiet_s))
         pubs: list[Child] = []
 
         def traffic() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import queue
@@ -9,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
 from typing import TypeVar
@@ -221,3 +222,23 @@ def raft_cluster(
         for name, machine in machines.items()
     }
     return config, machines, rafts
+
+
+def run_rafts(nodes: dict[str, RaftNode], scenario: Callable[[], Awaitable[None]]) -> None:
+    """Run every raft node of ``nodes`` on one event loop while ``scenario()`` runs, then
+    stop them and release their ports and journals, whatever the scenario raised."""
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(node.run()) for node in nodes.values()]
+        try:
+            await scenario()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        asyncio.run(main())
+    finally:
+        for node in nodes.values():
+            node.destroy()

@@ -24,7 +24,7 @@ import pytest
 
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 from rt_appliance.sequencer.raft.peer import Peer
-from tests.helpers import raft_cluster
+from tests.helpers import raft_cluster, run_rafts
 
 pytestmark = pytest.mark.integration
 
@@ -68,35 +68,25 @@ def test_entries_leave_before_the_leaders_sync_but_commits_only_after_it(
     decided: list[bool] = []
 
     async def scenario() -> None:
-        tasks = [asyncio.create_task(node.run()) for node in nodes.values()]
-        try:
-            deadline = time.monotonic() + 30
-            while not any(node.is_leader() for node in nodes.values()):
-                assert time.monotonic() < deadline, "no leader was elected"
-                await asyncio.sleep(0.02)
-            leader = next(node for node in nodes.values() if node.is_leader())
-            journal = leader._link.journal()
-            assert journal is not None
-            slow_inode.append(os.stat(journal.path).st_ino)
-            for below in range(1, PROPOSALS + 1):  # prunes: the state takes any order
-                command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
-                leader.propose(command, lambda ok, why: decided.append(ok))
-                await asyncio.sleep(0)
-            while len(decided) < PROPOSALS or any(
-                m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
-            ):
-                assert time.monotonic() < deadline, "the proposals were not all applied"
-                await asyncio.sleep(0.02)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        deadline = time.monotonic() + 30
+        while not any(node.is_leader() for node in nodes.values()):
+            assert time.monotonic() < deadline, "no leader was elected"
+            await asyncio.sleep(0.02)
+        leader = next(node for node in nodes.values() if node.is_leader())
+        journal = leader._link.journal()
+        assert journal is not None
+        slow_inode.append(os.stat(journal.path).st_ino)
+        for below in range(1, PROPOSALS + 1):  # prunes: the state takes any order
+            command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
+            leader.propose(command, lambda ok, why: decided.append(ok))
+            await asyncio.sleep(0)
+        while len(decided) < PROPOSALS or any(
+            m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
+        ):
+            assert time.monotonic() < deadline, "the proposals were not all applied"
+            await asyncio.sleep(0.02)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for node in nodes.values():
-            node.destroy()
+    run_rafts(nodes, scenario)
 
     assert len(decided) == PROPOSALS
     # every node applied the same commands: the same state

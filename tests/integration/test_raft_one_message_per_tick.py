@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.sequencer.raft.peer import Peer
-from tests.helpers import raft_cluster
+from tests.helpers import raft_cluster, run_rafts
 
 pytestmark = pytest.mark.integration
 
@@ -46,32 +46,22 @@ def test_proposals_of_one_turn_reach_each_follower_in_one_message(
     took: list[float] = []
 
     async def scenario() -> None:
-        tasks = [asyncio.create_task(node.run()) for node in nodes.values()]
-        try:
-            deadline = time.monotonic() + 30
-            while not any(n.is_leader() and n.leading_settled() for n in nodes.values()):
-                assert time.monotonic() < deadline, "no leader settled"
-                await asyncio.sleep(0.02)
-            leader = next(node for node in nodes.values() if node.is_leader())
-            watching.append(True)
-            began = time.monotonic()
-            for below in range(1, PROPOSALS + 1):  # in one turn: no await between them
-                command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
-                leader.propose(command, lambda ok, why: decided.append(ok))
-            while any(m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()):
-                assert time.monotonic() < deadline, "the proposals were not applied everywhere"
-                await asyncio.sleep(0.001)
-            took.append(time.monotonic() - began)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        deadline = time.monotonic() + 30
+        while not any(n.is_leader() and n.leading_settled() for n in nodes.values()):
+            assert time.monotonic() < deadline, "no leader settled"
+            await asyncio.sleep(0.02)
+        leader = next(node for node in nodes.values() if node.is_leader())
+        watching.append(True)
+        began = time.monotonic()
+        for below in range(1, PROPOSALS + 1):  # in one turn: no await between them
+            command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
+            leader.propose(command, lambda ok, why: decided.append(ok))
+        while any(m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()):
+            assert time.monotonic() < deadline, "the proposals were not applied everywhere"
+            await asyncio.sleep(0.001)
+        took.append(time.monotonic() - began)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        for node in nodes.values():
-            node.destroy()
+    run_rafts(nodes, scenario)
 
     assert len(decided) == PROPOSALS
     states = [m.state.to_json() for m in machines.values()]

@@ -10,7 +10,10 @@ Requests, each answered by one frame:
   reports (answered ``STATE {"leader": name}``); any other node answers
   ``NOT_LEADER {"leader": name or null}`` so the reporter redials the leader. A reporter
   does not wait for an answer before its next report (up to ``REPORT_WINDOW``
-  unanswered); answers come in the order of the reports.
+  unanswered), and asks for one only now and then (``"ask": true``, at most every
+  ``REPORT_ASK_S``): the leader answers only a report that asks, or one with no
+  ``ask`` (a reporter of an earlier release, answered every time), and its answer
+  says how many reports it has read on the connection (``"reports": n``).
 * ``STATUS {}`` from any host of the stream (``rt status``): answered ``STATE``
   with this node's status.
 """
@@ -31,6 +34,7 @@ from rt_appliance.limits import (
     HANDSHAKE_TIMEOUT_S,
     LEADER_CHECK_S,
     REPORT_ANSWER_S,
+    REPORT_ASK_S,
     REPORT_RETRY_FIRST_S,
     REPORT_WINDOW,
     SHUTDOWN_GRACE_S,
@@ -100,12 +104,14 @@ class ControlServer:
             self._refuse(address, exc)
             writer.close()
             return
+        reports = 0  # REPORT frames read on this connection
         try:
             while True:
                 frame_type, body = await conn.receive()
                 fields = decode_control(frame_type, body)
                 if frame_type == FrameType.REPORT:
-                    await self._report(conn, fields)
+                    reports += 1
+                    await self._report(conn, fields, reports)
                 elif frame_type == FrameType.STATUS:
                     await conn.send(FrameType.STATE, await self.status())
                 else:
@@ -117,7 +123,9 @@ class ControlServer:
         finally:
             await conn.close()
 
-    async def _report(self, conn: Connection, fields: dict[str, Any]) -> None:
+    async def _report(self, conn: Connection, fields: dict[str, Any], reports: int) -> None:
+        """Take a report (``reports``: how many this connection has carried, this one
+        counted); answer it if it asks."""
         if self.config.role_of(conn.peer) is not HostRole.NODE:
             raise FrameError(f"{conn.peer} is not a node and cannot report extents")
         leader = self.leader()
@@ -141,7 +149,8 @@ class ControlServer:
             None if ends is None else _position_lists(ends),
             [w for w in wants if isinstance(w, str)],
         )
-        await conn.send(FrameType.STATE, {"leader": self.name})
+        if fields.get("ask", True) is not False:  # no "ask": an earlier release's reporter
+            await conn.send(FrameType.STATE, {"leader": self.name, "reports": reports})
 
 
 def _positions(fields: dict[str, Any]) -> dict[str, int]:
@@ -224,18 +233,20 @@ class Reporter:
         ``_LEADER_MOVED``) or ``leader`` answers NOT_LEADER (returns the leader it names).
 
         Reports are pipelined: one leaves as soon as something changed, without waiting
-        for the answer to the one before, up to ``REPORT_WINDOW`` unanswered; with no
-        change, one leaves every ``interval``. A busy leader thus hears a follower's
-        newest extents as soon as it reads its connection, not a round trip per report
-        later. The session ends as soon as raft names another leader, whatever is
-        unanswered (an old leader cut off by a partition never answers, and the new one
-        cannot merge until it hears from a majority); a report still unanswered after
-        ``REPORT_ANSWER_S`` ends it with a TransportError."""
-        pending: collections.deque[float] = collections.deque()  # unanswered: when sent
-        opened = asyncio.Event()  # an answer came
-        reader = asyncio.create_task(self._read_answers(conn, pending, opened))
+        for an answer, up to ``REPORT_WINDOW`` the leader has not been heard to read;
+        with no change, one leaves every ``interval``. A report asks for an answer only
+        when none is awaited and ``REPORT_ASK_S`` passed since the last asked (or half
+        the window is unanswered): the answers say the leader reads this connection and
+        how far, at a small fraction of the reports' cost. A busy leader thus hears a
+        follower's newest extents as soon as it reads its connection, not a round trip
+        per report later. The session ends as soon as raft names another leader,
+        whatever is unanswered (an old leader cut off by a partition never answers, and
+        the new one cannot merge until it hears from a majority); an asked report still
+        unanswered after ``REPORT_ANSWER_S`` ends it with a TransportError."""
+        answers = _Answers()
+        reader = asyncio.create_task(self._read_answers(conn, answers))
         loop = asyncio.get_running_loop()
-        last_sent = -interval
+        last_sent = last_asked = -interval
         try:
             while True:
                 if reader.done():
@@ -243,32 +254,37 @@ class Reporter:
                 if self.leader() != leader:
                     return _LEADER_MOVED  # dial the new one at once, whatever is unanswered
                 now = loop.time()
-                if pending and now - pending[0] >= REPORT_ANSWER_S:
+                if answers.asked and now - answers.asked[0][1] >= REPORT_ANSWER_S:
                     raise TransportError(f"no answer from {leader} within {REPORT_ANSWER_S:.0f} s")
-                if len(pending) >= REPORT_WINDOW:  # full: the next answer opens it
-                    opened.clear()
-                    await _until(opened, LEADER_CHECK_S)
+                if answers.unanswered >= REPORT_WINDOW:  # full: the next answer opens it
+                    answers.opened.clear()
+                    await _until(answers.opened, LEADER_CHECK_S)
                     continue
                 if self.changed.is_set() or now - last_sent >= interval:
                     self.changed.clear()
                     fields = self.report() if self.cheap() else await asyncio.to_thread(self.report)
+                    ask = not answers.asked and (
+                        now - last_asked >= REPORT_ASK_S
+                        or answers.unanswered + 1 >= REPORT_WINDOW // 2
+                    )
+                    fields["ask"] = ask
                     await conn.send(FrameType.REPORT, fields)
                     last_sent = loop.time()
-                    pending.append(last_sent)
+                    answers.sent_one(ask, last_sent)
+                    if ask:
+                        last_asked = last_sent
                     self.sent += 1
                     continue
                 wait = interval - (now - last_sent)
-                await _until(self.changed, min(wait, LEADER_CHECK_S) if pending else wait)
+                await _until(self.changed, min(wait, LEADER_CHECK_S) if answers.asked else wait)
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
 
-    async def _read_answers(
-        self, conn: Connection, pending: collections.deque[float], opened: asyncio.Event
-    ) -> object:
+    async def _read_answers(self, conn: Connection, answers: _Answers) -> object:
         """Take the leader's answers; returns the leader a NOT_LEADER names (None if it
-        knows none). Every answer sets ``opened`` (a full window opens)."""
+        knows none). Every answer sets ``answers.opened`` (a full window opens)."""
         try:
             while True:
                 frame_type, body = await conn.receive()
@@ -276,12 +292,9 @@ class Reporter:
                     return decode_control(frame_type, body).get("leader")
                 if frame_type != FrameType.STATE:
                     raise FrameError(f"answer of frame type {frame_type} to a report")
-                if not pending:
-                    raise FrameError("an answer to no report")
-                pending.popleft()
-                opened.set()
+                answers.answered(decode_control(frame_type, body).get("reports"))
         finally:  # the session ends: the sending loop sees it at once
-            opened.set()
+            answers.opened.set()
             self.changed.set()
 
     async def _back_off(self, backoff: float, interval: float) -> float:
@@ -308,6 +321,40 @@ class Reporter:
             leader,
         )
         return conn
+
+
+class _Answers:
+    """What a report session knows of the leader's answers: reports sent, how many the
+    leader has said it read, and the asked ones awaiting an answer (number, when sent).
+
+    A leader of this release answers asked reports only, saying how many it has read;
+    one of an earlier release answers every report, in order, saying nothing: each of
+    its answers counts one more."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.read = 0
+        self.asked: collections.deque[tuple[int, float]] = collections.deque()
+        self.opened = asyncio.Event()  # an answer came
+
+    @property
+    def unanswered(self) -> int:
+        return self.sent - self.read
+
+    def sent_one(self, ask: bool, when: float) -> None:
+        self.sent += 1
+        if ask:
+            self.asked.append((self.sent, when))
+
+    def answered(self, reports: object) -> None:
+        # an earlier release's leader answers every report, saying no count
+        read = reports if type(reports) is int else self.read + 1
+        if read <= self.read or read > self.sent:
+            raise FrameError(f"an answer to report {read}, of {self.sent} sent")
+        self.read = read
+        while self.asked and self.asked[0][0] <= read:
+            self.asked.popleft()
+        self.opened.set()
 
 
 async def _until(event: asyncio.Event, timeout_s: float) -> None:

@@ -1,7 +1,8 @@
-"""A follower's reporter pipelines its reports, and gives up on a leader that does not
-answer: at once when raft names another (an old leader cut off by a partition never
-answers, and the new one cannot merge until it hears from a majority), otherwise after
-REPORT_ANSWER_S."""
+"""A follower's reporter pipelines its reports, asks for an answer only now and then,
+and gives up on a leader that does not answer: at once when raft names another (an old
+leader cut off by a partition never answers, and the new one cannot merge until it
+hears from a majority), otherwise after REPORT_ANSWER_S. The leader answers only the
+reports that ask (or, for a reporter of an earlier release, every one)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from rt_appliance.config import load_config
 from rt_appliance.errors import TransportError
 from rt_appliance.limits import REPORT_WINDOW
 from rt_appliance.sequencer import control
-from rt_appliance.sequencer.control import _LEADER_MOVED, Reporter
+from rt_appliance.sequencer.control import _LEADER_MOVED, ControlServer, Reporter
 from rt_appliance.transport.messages import FrameType, encode_control
 from rt_lab.testing.cluster import write_local_config
 
@@ -56,6 +57,14 @@ async def _until(check: Any, deadline_s: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _change(reporter: Reporter, peer: _Leader, extents: dict[str, int]) -> None:
+    """One change of the extents, and the report it sends."""
+    extents["trades.pub-1"] += 1
+    reporter.changed.set()
+    count = len(peer.reports)
+    await _until(lambda: len(peer.reports) == count + 1)
+
+
 def test_reports_leave_without_waiting_for_answers_up_to_the_window(tmp_path: Path) -> None:
     extents = {"trades.pub-1": 0}
     reporter = _reporter(tmp_path, ["rt-2"], extents)
@@ -64,18 +73,150 @@ def test_reports_leave_without_waiting_for_answers_up_to_the_window(tmp_path: Pa
     async def scenario() -> None:
         session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
         await _until(lambda: len(peer.reports) == 1)
-        for n in range(1, REPORT_WINDOW + 3):  # changes while nothing is answered
-            extents["trades.pub-1"] = n
-            reporter.changed.set()
-            await asyncio.sleep(0.01)
+        for _ in range(REPORT_WINDOW - 1):  # changes while nothing is answered
+            await _change(reporter, peer, extents)
+        extents["trades.pub-1"] += 2
+        reporter.changed.set()
+        await asyncio.sleep(0.05)
         assert len(peer.reports) == REPORT_WINDOW  # the window is full: no more
         assert peer.reports[-1]["extents"]["trades.pub-1"] == REPORT_WINDOW - 1
-        peer.answer()  # one answer opens it: the newest extents leave at once
+        peer.answer(leader="rt-2", reports=REPORT_WINDOW)  # read them all: it opens
         await _until(lambda: len(peer.reports) == REPORT_WINDOW + 1)
-        assert peer.reports[-1]["extents"]["trades.pub-1"] == REPORT_WINDOW + 2
+        assert peer.reports[-1]["extents"]["trades.pub-1"] == REPORT_WINDOW + 1
         session.cancel()
 
     asyncio.run(scenario())
+
+
+def test_a_report_asks_for_an_answer_only_now_and_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control, "REPORT_ASK_S", 0.1)
+    extents = {"trades.pub-1": 0}
+    reporter = _reporter(tmp_path, ["rt-2"], extents)
+    peer = _Leader()
+
+    async def scenario() -> None:
+        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+        await _until(lambda: len(peer.reports) == 1)
+        await _change(reporter, peer, extents)
+        await _change(reporter, peer, extents)
+        # the first asks; the next ones do not while its answer is awaited
+        assert [r["ask"] for r in peer.reports] == [True, False, False]
+        peer.answer(leader="rt-2", reports=1)
+        await _until(lambda: not session.done() and peer.answers.empty())
+        await asyncio.sleep(0.01)
+        await _change(reporter, peer, extents)
+        assert peer.reports[-1]["ask"] is False  # answered, but asked too recently
+        await asyncio.sleep(0.1)
+        await _change(reporter, peer, extents)
+        assert peer.reports[-1]["ask"] is True
+        session.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_half_the_window_unanswered_asks_however_recent_the_last_ask(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(control, "REPORT_ASK_S", 60.0)
+    extents = {"trades.pub-1": 0}
+    reporter = _reporter(tmp_path, ["rt-2"], extents)
+    peer = _Leader()
+
+    async def scenario() -> None:
+        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+        await _until(lambda: len(peer.reports) == 1)
+        peer.answer(leader="rt-2", reports=1)
+        await _until(lambda: peer.answers.empty())
+        await asyncio.sleep(0.01)
+        asks = []
+        for _ in range(REPORT_WINDOW // 2):
+            await _change(reporter, peer, extents)
+            asks.append(peer.reports[-1]["ask"])
+        assert asks == [False] * (REPORT_WINDOW // 2 - 1) + [True]
+        session.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_of_an_earlier_release_answering_every_report_is_understood(
+    tmp_path: Path,
+) -> None:
+    extents = {"trades.pub-1": 0}
+    reporter = _reporter(tmp_path, ["rt-2"], extents)
+    peer = _Leader()
+
+    async def scenario() -> None:
+        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+        await _until(lambda: len(peer.reports) == 1)
+        for _ in range(REPORT_WINDOW - 1):
+            await _change(reporter, peer, extents)
+        await asyncio.sleep(0.02)
+        assert len(peer.reports) == REPORT_WINDOW
+        for _ in range(REPORT_WINDOW):  # one answer per report, with no count
+            peer.answer(leader="rt-2")
+        extents["trades.pub-1"] = 100
+        reporter.changed.set()
+        await _until(lambda: len(peer.reports) == REPORT_WINDOW + 1)
+        assert not session.done()
+        session.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_an_answer_to_more_reports_than_were_sent_ends_the_session(tmp_path: Path) -> None:
+    reporter = _reporter(tmp_path, ["rt-2"], {})
+    peer = _Leader()
+
+    async def scenario() -> None:
+        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+        await _until(lambda: len(peer.reports) == 1)
+        peer.answer(leader="rt-2", reports=5)
+        with pytest.raises(control.FrameError, match="an answer to report 5, of 1 sent"):
+            await asyncio.wait_for(session, 1.0)
+
+    asyncio.run(scenario())
+
+
+class _Follower:
+    """The follower's end of a control connection, as the leader's server sees it."""
+
+    peer = "rt-3"
+
+    def __init__(self) -> None:
+        self.answers: list[tuple[FrameType, dict[str, Any]]] = []
+
+    async def send(self, frame_type: FrameType, fields: dict[str, Any]) -> None:
+        self.answers.append((frame_type, fields))
+
+
+def test_the_leader_answers_the_reports_that_ask_saying_how_many_it_read(
+    tmp_path: Path,
+) -> None:
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    heard: list[dict[str, int]] = []
+    server = ControlServer(
+        config,
+        "rt-1",
+        lambda: "rt-1",
+        lambda node, extents, *_: heard.append(extents),
+        lambda: {},  # type: ignore[arg-type,return-value]
+        lambda: None,
+    )
+    follower = _Follower()
+
+    async def scenario() -> None:
+        report = {"extents": {"trades.pub-1": 7}}
+        await server._report(follower, {**report, "ask": False}, 1)  # type: ignore[arg-type]
+        assert follower.answers == []
+        await server._report(follower, {**report, "ask": True}, 2)  # type: ignore[arg-type]
+        assert follower.answers == [(FrameType.STATE, {"leader": "rt-1", "reports": 2})]
+        await server._report(follower, report, 3)  # type: ignore[arg-type]  # an earlier release
+        assert follower.answers[-1] == (FrameType.STATE, {"leader": "rt-1", "reports": 3})
+
+    asyncio.run(scenario())
+    assert heard == [{"trades.pub-1": 7}] * 3
 
 
 def test_a_session_ends_at_once_when_another_leader_is_named(tmp_path: Path) -> None:

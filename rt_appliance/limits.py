@@ -240,8 +240,13 @@ SCRUB_STEP_BYTES, SCRUB_STEP_GAP_S = 256 << 10, 0.1
 # After a sync of the merged log, its synced end is noted at most this often (the marker
 # lets a restart scan only what was written after it, not the whole newest file).
 MERGED_MARK_EVERY_S = 1.0
-# A busy merger syncs at least every so many items (what a snapshot owes).
-SYNC_AFTER_ITEMS = 1024
+# The merger syncs the merged log at most every MERGED_SYNC_EVERY_S, and a busy one at
+# least every SYNC_AFTER_ITEMS items. Nothing waits for these syncs: subscribers are sent
+# what is written, and what a crash takes from an unsynced tail is written again, the
+# same bytes, from the raft journal (or the snapshot, which carries what is owed) and
+# the inputs. A sync per merged range cost each node a sync per message when the stream
+# is quiet, queued on the disk before the input and journal syncs a message waits for.
+MERGED_SYNC_EVERY_S, SYNC_AFTER_ITEMS = 0.2, 1024
 # How often the merger looks for input bytes the push server has yet to write (it waits
 # fetch_after_ms for them at the most).
 INPUT_POLL_S = 0.002

@@ -30,6 +30,7 @@ from rt_appliance.limits import (
     FETCH_BYTES,
     FETCH_PEER_PENALTY_S,
     INPUT_POLL_S,
+    MERGED_SYNC_EVERY_S,
     MERGER_IDLE_WAIT_S,
     MERGER_RETRY_S,
     MERGER_STOP_WAIT_S,
@@ -142,6 +143,8 @@ class Merger:
         self._write_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
         self._history_below = _last_recorded_prune(history)
+        self._synced_at = time.monotonic()  # the merged log's last sync (_sync_in)
+        self._written = False  # carried out or copied something since (_sync_in)
 
     def start(self) -> None:
         self._thread.start()
@@ -162,9 +165,20 @@ class Merger:
         """Sync the merged log; what was carried out before is then no longer owed."""
         with self.machine.cond:
             count = len(self.machine.unsynced)
+        self._synced_at, self._written = time.monotonic(), False
         with self._write_lock:
             self.merged.sync()
         self.machine.synced(count)
+
+    def _sync_in(self) -> float | None:
+        """Seconds until the merged log is due a sync (0: now), or None if nothing was
+        written since the last. Called holding the machine's lock."""
+        owed = len(self.machine.unsynced)
+        if not owed and not self._written:
+            return None
+        if owed >= SYNC_AFTER_ITEMS:
+            return 0.0
+        return max(0.0, self._synced_at + MERGED_SYNC_EVERY_S - time.monotonic())
 
     # -- the loop -----------------------------------------------------------------
 
@@ -183,10 +197,18 @@ class Merger:
             if self.scrubber.due():
                 self._scrub()
             with self.machine.cond:
-                if not self.machine.pending and self.machine.state.seq <= self.merged.seq:
+                sync_in = self._sync_in()
+                idle = not self.machine.pending and self.machine.state.seq <= self.merged.seq
+                if idle and sync_in != 0.0:
                     wait_s = min(MERGER_IDLE_WAIT_S, self.scrubber.seconds_until_due())
+                    if sync_in is not None:
+                        wait_s = min(wait_s, sync_in)
                     self.machine.cond.wait(max(wait_s, 0.0))
                     continue
+            if sync_in == 0.0:
+                self.sync()
+                continue
+            with self.machine.cond:
                 item = self.machine.pending[0] if self.machine.pending else None
                 target = self.machine.state.seq
             try:
@@ -210,16 +232,13 @@ class Merger:
                 self._stop.wait(MERGER_RETRY_S)
                 continue
             self.halted = ""
+            self._written = True
             if item is not None:
                 self.machine.done(item)
             # the pull server may send what was written before it is synced: every record
             # is a committed instruction's, so a node that loses it to a crash writes the
             # same bytes again from its raft journal (or snapshot) and its inputs
             self.on_progress()
-            with self.machine.cond:
-                due = not self.machine.pending or len(self.machine.unsynced) >= SYNC_AFTER_ITEMS
-            if due:
-                self.sync()
 
     def _carry_out(self, item: Committed) -> None:
         ins = item.instruction

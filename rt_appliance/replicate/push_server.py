@@ -26,6 +26,7 @@ from rt_appliance.position import Position
 from rt_appliance.replicate.push_metrics import PushMetrics
 from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
 from rt_appliance.transport.messages import FrameType, decode_control, decode_data, require
+from rt_appliance.transport.offload import in_thread
 from rt_appliance.transport.server import TlsServer
 from rt_appliance.transport.session import Connection, accept
 from rt_appliance.transport.tls import server_context
@@ -203,7 +204,7 @@ class PushServer:
                 fd, end = replica.sync_handle()
                 try:
                     if durable:
-                        await asyncio.to_thread(os.fdatasync, fd)
+                        await in_thread(os.fdatasync, fd)
                 except OSError as exc:
                     self.metrics.refused_chunks.labels(dir=name, reason="sync_failed").inc()
                     if self._on_write_failure is not None:

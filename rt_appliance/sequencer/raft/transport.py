@@ -44,6 +44,7 @@ from rt_appliance.sequencer.raft.journal import SyncedJournal
 from rt_appliance.sequencer.raft.link import Link
 from rt_appliance.sequencer.raft.peer import Peer
 from rt_appliance.transport.listen import Listener, listen_tls, set_keepalive
+from rt_appliance.transport.offload import in_thread
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 from rt_appliance.versions import RAFT_FEATURES, RAFT_PROTOCOL, SOFTWARE, refusal, speaks
 
@@ -157,7 +158,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
             return
         self._syncing = True
         generation, index, cuts, fd = journal.begin_sync()
-        future = asyncio.get_running_loop().run_in_executor(None, journal.fsync, fd)
+        future = in_thread(journal.fsync, fd)
         future.add_done_callback(partial(self._synced, journal, generation, index, cuts))
 
     def _synced(

@@ -295,6 +295,7 @@ class Sequencer:
         self._own_holds: dict[str, int] | None = None  # this node's holds, as last read
         self._holds_due = 0.0  # when to read them again
         self._holds_version: tuple[int, int] | None = None  # their directory when read
+        self._fresh: bool | None = None  # _report_cheap's verdict, for the report it precedes
         self._holds_seen = holds.LeaderHolds(  # leader: every node's holds
             node_name, [n.name for n in config.nodes], HOLDS_REPORT_WAIT_INTERVALS * report_s
         )
@@ -451,7 +452,8 @@ class Sequencer:
         from the next report, or the leader could prune what it holds), so most reports
         are made from memory and a few stats."""
         now = time.monotonic()
-        if not self._holds_fresh(now):
+        fresh, self._fresh = self._fresh, None  # _report_cheap's look, just before
+        if not (fresh if fresh is not None else self._holds_fresh(now)):
             self._holds_version = holds.directory_version(self.data_dir)
             self._own_holds = {h.name: int(h.position) for h in holds.read_holds(self.data_dir)}
             self._holds_due = now + self.config.sequencer.report_interval_ms / 1000
@@ -475,8 +477,10 @@ class Sequencer:
 
     def _report_cheap(self) -> bool:
         """Whether a report now is made from memory only, and may run on the loop: in the
-        node process (the extents are the push server's) with the holds read recently."""
-        return self._holds_fresh(time.monotonic())
+        node process (the extents are the push server's) with the holds read recently.
+        The report made next takes this look as its own (one stat per report)."""
+        self._fresh = self._holds_fresh(time.monotonic())
+        return self._fresh
 
     def _holds_fresh(self, now: float) -> bool:
         """Whether the holds read last still stand: read this report interval, and their

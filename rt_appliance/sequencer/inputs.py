@@ -93,6 +93,7 @@ class InputDir:
         self, path: Path, sync: bool, held: Callable[[str], Position | None] | None = None
     ) -> None:
         self.path, self.name, self._sync, self._held = path, path.name, sync, held
+        self._dir = str(path)
         self._listing = ListingCache(path, list_files)
         self._walked: _Walked | None = None  # where the last walk of the newest file ended
         self._synced: tuple[tuple[int, int], int] | None = None
@@ -240,13 +241,13 @@ class InputDir:
     def read(self, start: Position, limit: Position, max_bytes: int) -> Records | None:
         """Whole records from ``start`` up to ``limit`` (same file) or the file's valid end,
         at most ``max_bytes`` (at least one record); None if there are none here."""
-        path = self.path / f"log.{start.session}.{start.roll}"
         end_here = self.file_end(start)
         if end_here is None:
             return None
         stop = end_here if limit.file_key != start.file_key else min(end_here, limit.offset)
         if stop <= start.offset:
             return None
+        path = f"{self._dir}/log.{start.session}.{start.roll}"  # no Path: read per step
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:

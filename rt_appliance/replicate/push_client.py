@@ -323,9 +323,10 @@ class PushClient:
                         if chunk.records:  # a piece of a record is acked with its last one
                             window.sent(d, chunk.next_position)
                         trace.event("send", f"{node}/{d}", int(chunk.next_position))
-                        self.metrics.bytes.labels(node=node, dir=d).inc(len(chunk.data))
-                        self.metrics.records.labels(node=node, dir=d).inc(chunk.records)
-                        self.metrics.chunks.labels(node=node, dir=d).inc()
+                        series = self.metrics.of(node, d)
+                        series.bytes.inc(len(chunk.data))
+                        self.metrics.records_of(node, d).inc(chunk.records)
+                        series.chunks.inc()
                         sent_any = True
                 if time.monotonic() >= next_lag_update:
                     self._update_lag(node)
@@ -360,7 +361,7 @@ class PushClient:
             self.acked[node][d] = position
             window.acked()
             self._last_ack[node] = time.monotonic()
-            self.metrics.acked_position.labels(node=node, dir=d).set(int(position))
+            self.metrics.of(node, d).acked_position.set(int(position))
             if self.on_ack is not None:
                 self.on_ack(node, d, position)
             if self.config.replication.delete_acked:

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-__all__ = ["PushMetrics"]
+__all__ = ["DirMetrics", "PushMetrics"]
+
+
+@dataclass(frozen=True, slots=True)
+class DirMetrics:
+    """The series of one node and directory, looked up once (``labels`` per frame costs
+    a lock and a tuple of label values)."""
+
+    bytes: Counter
+    chunks: Counter
+    acked_position: Gauge
 
 
 class PushMetrics:
@@ -74,9 +86,31 @@ class PushMetrics:
             ["node"],
             registry=self.registry,
         )
+        self._dirs: dict[tuple[str, str], DirMetrics] = {}
+        self._records: dict[tuple[str, str], Counter] = {}
         self.deleted_files = Counter(
             f"{prefix}_deleted_files",
             "Publisher files deleted after every node acknowledged them",
             ["dir"],
             registry=self.registry,
         )
+
+    def of(self, node: str, d: str) -> DirMetrics:
+        """The series of node ``node`` and directory ``d``."""
+        found = self._dirs.get((node, d))
+        if found is None:
+            labels = {"node": node, "dir": d}
+            found = DirMetrics(
+                self.bytes.labels(**labels),
+                self.chunks.labels(**labels),
+                self.acked_position.labels(**labels),
+            )
+            self._dirs[(node, d)] = found
+        return found
+
+    def records_of(self, node: str, d: str) -> Counter:
+        """The records counter of node ``node`` and directory ``d`` (the client's)."""
+        found = self._records.get((node, d))
+        if found is None:
+            found = self._records[(node, d)] = self.records.labels(node=node, dir=d)
+        return found

@@ -216,7 +216,7 @@ class PushServer:
                 trace.event("synced", f"{self.node.name}/{name}", int(end))
                 if self._on_synced is not None:
                     self._on_synced()
-                self.metrics.acked_position.labels(node=self.node.name, dir=name).set(int(end))
+                self.metrics.of(self.node.name, name).acked_position.set(int(end))
                 await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
 
     async def _offer(self, conn: Connection, name: str) -> ReplicaDir:
@@ -263,8 +263,9 @@ class PushServer:
                 f"{self.node.name} refused data for {data.dir}: {exc}", retryable=False
             )
             raise
-        self.metrics.bytes.labels(node=self.node.name, dir=data.dir).inc(len(data.payload))
-        self.metrics.chunks.labels(node=self.node.name, dir=data.dir).inc()
+        series = self.metrics.of(self.node.name, data.dir)
+        series.bytes.inc(len(data.payload))
+        series.chunks.inc()
         return data.dir
 
 

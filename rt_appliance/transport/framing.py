@@ -79,11 +79,14 @@ async def _read_sliced(reader: asyncio.StreamReader, size: int) -> bytes:
 
 async def write_pieces(writer: asyncio.StreamWriter, pieces: list[bytes | memoryview]) -> None:
     """Write ``pieces`` (one frame) and wait for the transport to drain; a large piece goes
-    a slice at a time. Socket and TLS errors are left to the caller to map."""
+    a slice at a time. A small frame the socket took whole needs no drain (most frames:
+    it costs a coroutine per frame). Socket and TLS errors are left to the caller to map;
+    a connection lost under a frame the socket took shows at the next read or write."""
     if sum(len(p) for p in pieces) <= SLICE_BYTES:
         # one TLS record for the frame: the pieces written one by one would each be one
         writer.write(b"".join(pieces))
-        await writer.drain()
+        if writer.transport.get_write_buffer_size():  # not all taken by the socket
+            await writer.drain()
         return
     for piece in pieces:
         view = memoryview(piece)

@@ -317,8 +317,7 @@ class PushClient:
                     chunk = source.read()
                     if chunk is not None:
                         self._current[node] = d
-                        async with asyncio.timeout(timeout):  # no task per send
-                            await conn.send_data(d, chunk.position, chunk.data)
+                        await conn.send_data(d, chunk.position, chunk.data, timeout)
                         sent[d] = chunk.next_position
                         if chunk.records:  # a piece of a record is acked with its last one
                             window.sent(d, chunk.next_position)

@@ -77,21 +77,33 @@ async def _read_sliced(reader: asyncio.StreamReader, size: int) -> bytes:
     return buf  # type: ignore[return-value]  # a bytearray serves every caller of bytes here
 
 
-async def write_pieces(writer: asyncio.StreamWriter, pieces: list[bytes | memoryview]) -> None:
+async def write_pieces(
+    writer: asyncio.StreamWriter, pieces: list[bytes | memoryview], timeout_s: float | None = None
+) -> None:
     """Write ``pieces`` (one frame) and wait for the transport to drain; a large piece goes
     a slice at a time. A small frame the socket took whole needs no drain (most frames:
-    it costs a coroutine per frame). Socket and TLS errors are left to the caller to map;
-    a connection lost under a frame the socket took shows at the next read or write."""
+    it costs a coroutine per frame). ``timeout_s``: a drain waits at most so long
+    (TimeoutError), a peer that stopped reading. Socket and TLS errors are left to the
+    caller to map; a connection lost under a frame the socket took shows at the next
+    read or write."""
     if sum(len(p) for p in pieces) <= SLICE_BYTES:
         # one TLS record for the frame: the pieces written one by one would each be one
         writer.write(b"".join(pieces))
         if writer.transport.get_write_buffer_size():  # not all taken by the socket
-            await writer.drain()
+            await _drain(writer, timeout_s)
         return
     for piece in pieces:
         view = memoryview(piece)
         for at in range(0, len(view), SLICE_BYTES):
             writer.write(view[at : at + SLICE_BYTES])
+            await _drain(writer, timeout_s)
+
+
+async def _drain(writer: asyncio.StreamWriter, timeout_s: float | None) -> None:
+    if timeout_s is None:
+        await writer.drain()
+    else:
+        async with asyncio.timeout(timeout_s):
             await writer.drain()
 
 

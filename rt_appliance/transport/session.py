@@ -64,14 +64,20 @@ class Connection:
     async def send(self, frame_type: FrameType, fields: dict[str, Any]) -> None:
         await self._write(encode_frame(frame_type, encode_control(fields)))
 
-    async def send_data(self, dir: str, position: int, payload: bytes | memoryview) -> None:
+    async def send_data(
+        self, dir: str, position: int, payload: bytes | memoryview, timeout_s: float | None = None
+    ) -> None:
+        """Send one DATA frame; ``timeout_s``: waiting for a peer that stopped reading
+        raises TimeoutError after so long."""
         head, body = encode_data(dir, position, payload)
         frame_header = FRAME_HEADER.pack(len(head) + len(body) + 1, FrameType.DATA)
-        await self._write([frame_header, head, body])
+        await self._write([frame_header, head, body], timeout_s)
 
-    async def _write(self, pieces: list[bytes | memoryview]) -> None:
+    async def _write(
+        self, pieces: list[bytes | memoryview], timeout_s: float | None = None
+    ) -> None:
         try:
-            await write_pieces(self.writer, pieces)
+            await write_pieces(self.writer, pieces, timeout_s)
         except (ssl.SSLError, OSError) as exc:
             raise TransportError(f"connection to {self.peer} failed: {exc}") from exc
 

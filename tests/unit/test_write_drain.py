@@ -1,6 +1,7 @@
 """A small frame the socket takes whole is written with no wait; once the peer stops
 reading, writing waits for the buffer to drain, so a stalled peer holds a bounded
-amount of memory, however many frames the sender has."""
+amount of memory, however many frames the sender has, and a write given a timeout
+gives up after it."""
 
 from __future__ import annotations
 
@@ -26,13 +27,16 @@ def test_writes_block_once_a_stalled_peer_fills_the_buffers() -> None:
         _reader, writer = await asyncio.open_connection("127.0.0.1", port)
         frame = [b"x" * 1000]
         written = 0
+        started = asyncio.get_running_loop().time()
         try:
-            while written < 100_000:  # 100 MB: far beyond any socket buffer
-                async with asyncio.timeout(1.0):
-                    await write_pieces(writer, frame)
-                written += 1
+            async with asyncio.timeout(30):  # a guard: the write's own timeout ends it
+                while written < 100_000:  # 100 MB: far beyond any socket buffer
+                    await write_pieces(writer, frame, timeout_s=0.5)
+                    written += 1
         except TimeoutError:
             pass
+        waited = asyncio.get_running_loop().time() - started
+        assert waited < 10, "the write's own timeout should have ended it"
         buffered = writer.transport.get_write_buffer_size()
         writer.transport.abort()
         (await accepted).transport.abort()

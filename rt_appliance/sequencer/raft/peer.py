@@ -10,7 +10,7 @@ import asyncio
 import logging
 import ssl
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pysyncobj.node import Node
 
@@ -44,6 +44,9 @@ class Peer:
         self.awaiting = False  # an append is out and its answer not back
         self.awaiting_until = 0.0
         self.full_since: float | None = None  # when the send buffer last went over its limit
+        # a follower's last answer to an append on this connection, and when it left
+        self.last_answer: tuple[object, ...] | None = None
+        self.last_answer_at = 0.0
         self.task: asyncio.Task[None] | None = None
         self._redial = asyncio.Event()  # the peer is up: dial now, not after the backoff
 
@@ -82,7 +85,7 @@ class Peer:
                 continue
             backoff = RAFT_DIAL_BACKOFF_FIRST_S
             self.in_step = self.awaiting = False
-            self.full_since = None
+            self.full_since, self.last_answer = None, None
             self.writer = writer
             self.transport.node_up(self.node)
             log.info("raft: connected to %s at %s:%d", self.name, *self.address)
@@ -138,6 +141,22 @@ class Peer:
 
     def answered(self, success: bool) -> None:
         self.in_step, self.awaiting = success, False
+
+    def repeats(self, answer: dict[str, Any], within_s: float) -> bool:
+        """Whether ``answer`` (a follower's ``next_node_idx``) says only what its last
+        success on this connection said, less than ``within_s`` ago: the leader knows it.
+
+        pysyncobj's follower answers every append, and a leader's commit news is an
+        append with no entries: its answer repeats the one to the entries, a few
+        milliseconds before (a send and a wake on both sides per message, for nothing).
+        Heartbeats come every ``append_entries_period_ms``, more than ``within_s`` apart,
+        so the leader still hears from the follower that often."""
+        said = (answer.get("next_node_idx"), answer.get("reset"), answer.get("success"))
+        now = time.monotonic()
+        if said == self.last_answer and said[2] is True and now - self.last_answer_at < within_s:
+            return True
+        self.last_answer, self.last_answer_at = said, now
+        return False
 
     def send(self, frame: bytes) -> bool:
         """Queue ``frame`` (never blocks); False when it cannot be sent now."""

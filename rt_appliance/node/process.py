@@ -17,8 +17,10 @@ the event loop          the push server (connections, replicas), the pull
                         and observer
 the merger thread       the merged log's writes and syncs (it wakes the pull
                         server after each write, before the sync)
-worker threads          what the loop hands off and awaits: the push
-                        server's syncs, raft's journal syncs, a planner
+offload threads         the push server's syncs and raft's journal syncs
+                        (transport/offload.py); they own nothing between
+                        calls
+worker threads          what else the loop hands off and awaits: a planner
                         step that reads 64 KiB or more, large reads; they
                         own nothing between calls
 the fetcher's loop      FETCH connections to peers, for the merger's repairs

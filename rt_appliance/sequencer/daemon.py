@@ -9,9 +9,10 @@ long, syncs, walks a directory):
   read and changed here only: ``apply``, snapshots, ``RaftNode.status``), the raft,
   control and report links (TLS), and the small loops that
   observe, archive, grant leases and measure the loop's lag;
+* **the offload threads** (:mod:`rt_appliance.transport.offload`): raft's journal syncs;
 * **worker threads** (``asyncio.to_thread``): the planner's large steps (a small one,
-  a stream keeping up, runs on the loop), raft's journal
-  syncs, a follower's report (its extents), the file half of a STATUS answer
+  a stream keeping up, runs on the loop), a follower's report when its holds must be
+  read from their files, the file half of a STATUS answer
   (:meth:`Sequencer.status`: input lags, disk, holds) and the observer's gauges;
 * **the merger's thread**: the merged log, written and synced there only. A raft
   snapshot does not wait for it: the state machine keeps what the merger carried out

@@ -57,6 +57,14 @@ async def _until(check: Any, deadline_s: float = 2.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def _started(reporter: Reporter, peer: _Leader) -> asyncio.Future[object]:
+    """A report session of ``reporter`` to ``peer`` (as leader rt-2), once its first
+    report is out."""
+    session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+    await _until(lambda: len(peer.reports) == 1)
+    return session
+
+
 async def _change(reporter: Reporter, peer: _Leader, extents: dict[str, int]) -> None:
     """One change of the extents, and the report it sends."""
     extents["trades.pub-1"] += 1
@@ -71,8 +79,7 @@ def test_reports_leave_without_waiting_for_answers_up_to_the_window(tmp_path: Pa
     peer = _Leader()
 
     async def scenario() -> None:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         for _ in range(REPORT_WINDOW - 1):  # changes while nothing is answered
             await _change(reporter, peer, extents)
         extents["trades.pub-1"] += 2
@@ -97,15 +104,13 @@ def test_a_report_asks_for_an_answer_only_now_and_then(
     peer = _Leader()
 
     async def scenario() -> None:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         await _change(reporter, peer, extents)
         await _change(reporter, peer, extents)
         # the first asks; the next ones do not while its answer is awaited
         assert [r["ask"] for r in peer.reports] == [True, False, False]
         peer.answer(leader="rt-2", reports=1)
         await _until(lambda: not session.done() and peer.answers.empty())
-        await asyncio.sleep(0.01)
         await _change(reporter, peer, extents)
         assert peer.reports[-1]["ask"] is False  # answered, but asked too recently
         await asyncio.sleep(0.1)
@@ -125,11 +130,9 @@ def test_half_the_window_unanswered_asks_however_recent_the_last_ask(
     peer = _Leader()
 
     async def scenario() -> None:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         peer.answer(leader="rt-2", reports=1)
         await _until(lambda: peer.answers.empty())
-        await asyncio.sleep(0.01)
         asks = []
         for _ in range(REPORT_WINDOW // 2):
             await _change(reporter, peer, extents)
@@ -148,8 +151,7 @@ def test_a_leader_of_an_earlier_release_answering_every_report_is_understood(
     peer = _Leader()
 
     async def scenario() -> None:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         for _ in range(REPORT_WINDOW - 1):
             await _change(reporter, peer, extents)
         await asyncio.sleep(0.02)
@@ -170,8 +172,7 @@ def test_an_answer_to_more_reports_than_were_sent_ends_the_session(tmp_path: Pat
     peer = _Leader()
 
     async def scenario() -> None:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         peer.answer(leader="rt-2", reports=5)
         with pytest.raises(control.FrameError, match="an answer to report 5, of 1 sent"):
             await asyncio.wait_for(session, 1.0)
@@ -225,8 +226,7 @@ def test_a_session_ends_at_once_when_another_leader_is_named(tmp_path: Path) -> 
     peer = _Leader()
 
     async def scenario() -> object:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         await asyncio.sleep(0.1)
         assert not session.done()  # unanswered, within the deadline
         leader[0] = "rt-1"
@@ -240,8 +240,7 @@ def test_not_leader_ends_the_session_with_the_leader_it_names(tmp_path: Path) ->
     peer = _Leader()
 
     async def scenario() -> object:
-        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
-        await _until(lambda: len(peer.reports) == 1)
+        session = await _started(reporter, peer)
         peer.answer(FrameType.NOT_LEADER, leader="rt-1")
         return await asyncio.wait_for(session, 1.0)
 

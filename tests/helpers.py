@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import pickle
 import queue
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import pairwise
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
+
+import pytest
 
 from rt_appliance import Message, Publisher, Subscriber
 from rt_appliance.config import load_config
@@ -25,6 +28,7 @@ from rt_appliance.position import Position
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.raft import RaftNode
+from rt_appliance.sequencer.raft.peer import Peer
 from rt_lab.testing.cluster import write_local_config
 
 T = TypeVar("T")
@@ -242,3 +246,20 @@ def run_rafts(nodes: dict[str, RaftNode], scenario: Callable[[], Awaitable[None]
     finally:
         for node in nodes.values():
             node.destroy()
+
+
+def watch_raft_sends(
+    monkeypatch: pytest.MonkeyPatch,
+    nodes: dict[str, RaftNode],
+    seen: Callable[[str, str, dict[str, Any]], None],
+) -> None:
+    """Call ``seen(sender, receiver, message)`` for every raft message any of ``nodes``
+    sends (its frame decoded), then send it as usual."""
+    real_send = Peer.send
+
+    def watching_send(peer: Peer, frame: bytes) -> bool:
+        sender = next(n for n in nodes.values() if n._transport is peer.transport)
+        seen(sender.name, peer.name, pickle.loads(frame[4:]))
+        return real_send(peer, frame)
+
+    monkeypatch.setattr(Peer, "send", watching_send)

@@ -10,14 +10,13 @@ The commit that follows reaches every node without waiting for a heartbeat.
 from __future__ import annotations
 
 import asyncio
-import pickle
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rt_appliance.sequencer.raft.peer import Peer
-from tests.helpers import raft_cluster, run_rafts
+from tests.helpers import raft_cluster, run_rafts, watch_raft_sends
 
 pytestmark = pytest.mark.integration
 
@@ -30,18 +29,14 @@ def test_proposals_of_one_turn_reach_each_follower_in_one_message(
 ) -> None:
     _config, machines, nodes = raft_cluster(tmp_path)
     sent: list[tuple[str, str, int, int]] = []  # (from, to, entries, commit index)
-    real_send = Peer.send
     watching: list[bool] = []
 
-    def watching_send(peer: Peer, frame: bytes) -> bool:
-        message = pickle.loads(frame[4:])
+    def seen(sender: str, to: str, message: dict[str, Any]) -> None:
         if watching and message.get("type") == "append_entries":
-            sender = next(n for n in nodes.values() if n._transport is peer.transport)
             entries = len(message.get("entries") or ())
-            sent.append((sender.name, peer.name, entries, int(message["commit_index"])))
-        return real_send(peer, frame)
+            sent.append((sender, to, entries, int(message["commit_index"])))
 
-    monkeypatch.setattr(Peer, "send", watching_send)
+    watch_raft_sends(monkeypatch, nodes, seen)
     decided: list[bool] = []
     took: list[float] = []
 

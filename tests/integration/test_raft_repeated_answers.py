@@ -10,14 +10,13 @@ are still answered, so the leader keeps hearing from every follower.
 from __future__ import annotations
 
 import asyncio
-import pickle
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rt_appliance.sequencer.raft.peer import Peer
-from tests.helpers import raft_cluster, run_rafts
+from tests.helpers import raft_cluster, run_rafts, watch_raft_sends
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +28,13 @@ def test_a_repeated_answer_is_not_sent_and_heartbeats_are_still_answered(
 ) -> None:
     _config, machines, nodes = raft_cluster(tmp_path)
     answers: list[tuple[float, str, int]] = []  # (when, follower, next index) sent
-    real_send = Peer.send
     watching: list[bool] = []
 
-    def watching_send(peer: Peer, frame: bytes) -> bool:
-        message = pickle.loads(frame[4:])
+    def seen(sender: str, _to: str, message: dict[str, Any]) -> None:
         if watching and message.get("type") == "next_node_idx" and message["success"]:
-            sender = next(n for n in nodes.values() if n._transport is peer.transport)
-            answers.append((time.monotonic(), sender.name, int(message["next_node_idx"])))
-        return real_send(peer, frame)
+            answers.append((time.monotonic(), sender, int(message["next_node_idx"])))
 
-    monkeypatch.setattr(Peer, "send", watching_send)
+    watch_raft_sends(monkeypatch, nodes, seen)
     applied_at: list[float] = []
 
     async def scenario() -> None:

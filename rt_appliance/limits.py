@@ -143,6 +143,11 @@ INLINE_READ_BYTES = 64 << 10
 # thread. A chunk the application's own pull client receives smaller than
 # INLINE_READ_BYTES is written to its copy on its loop.
 INLINE_PLAN_BYTES = 64 << 10
+# Input bytes the leader's proposals may carry in their raft entries at once (ranges no
+# majority reported holding yet; sequencer.planner). A stream keeping up carries each
+# message in its entry and waits for no report; under a backlog the reports run ahead of
+# the plan and the ranges carry nothing, so raft does not carry the bulk of the input too.
+CARRY_MAX_BYTES = 64 << 10
 # How often an idle pull connection checks that its node's sequencer is alive, and how
 # long a refused client is given to read the ERROR that says why before the close.
 STALE_CHECK_S, REFUSAL_DRAIN_S = 1.0, 1.0

@@ -18,6 +18,7 @@ from __future__ import annotations
 from rt_appliance import __version__
 
 __all__ = [
+    "CARRIED_INPUT",
     "RAFT_ACCEPTED",
     "RAFT_FEATURES",
     "RAFT_PROTOCOL",
@@ -35,8 +36,10 @@ RAFT_PROTOCOL = 1  # 1: raft with pre-vote and the hello frame
 RAFT_ACCEPTED = frozenset({0, 1})  # 0: a release before the hello frame
 # what this release's raft hello also says it does, beside its protocol; a peer that
 # does not say so (an older release) is not sent what needs it. "leases": it applies
-# lease instructions (rt_appliance.sequencer.leases)
-RAFT_FEATURES = ("leases",)
+# lease instructions (rt_appliance.sequencer.leases); "carried-input": it applies merges
+# whose raft entry carries the input bytes (the planner's carried ranges)
+CARRIED_INPUT = "carried-input"
+RAFT_FEATURES = ("leases", CARRIED_INPUT)
 
 
 def speaks(what: str, protocol: object) -> bool:

@@ -71,9 +71,13 @@ class Node:
         self.config, self.name = config, name
         self.metrics_port = config.ports.sequencer_metrics if metrics_port is None else metrics_port
         self.push = PushServer(
-            config, name, on_synced=self._input_synced, on_write_failure=self._input_unwritten
+            config,
+            name,
+            on_synced=self._input_synced,
+            on_write_failure=self._input_unwritten,
+            on_written=self._input_written,
         )
-        self.sequencer = Sequencer(config, name, 0, held=self.push.held)
+        self.sequencer = Sequencer(config, name, 0, held=self.push.held, written=self.push.written)
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
         self.sequencer.merger.on_progress = self.pull.changed
         self.registry = CollectorRegistry()
@@ -83,6 +87,9 @@ class Node:
 
     def _input_synced(self) -> None:
         self.sequencer.input_synced()
+
+    def _input_written(self) -> None:
+        self.sequencer.input_written()
 
     def _input_unwritten(self, exc: BaseException) -> None:
         if is_write_failure(exc):  # a full disk, EIO: not a publisher's bad frame

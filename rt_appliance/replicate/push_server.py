@@ -45,11 +45,14 @@ class PushServer:
         node_name: str,
         on_synced: Callable[[], None] | None = None,
         on_write_failure: Callable[[BaseException], None] | None = None,
+        on_written: Callable[[], None] | None = None,
     ) -> None:
-        """In the node process, on this loop: ``on_synced()`` after each sync, and
+        """In the node process, on this loop: ``on_synced()`` after each sync,
+        ``on_written()`` after each frame written (before its sync), and
         ``on_write_failure(exc)`` when writing or syncing an input failed."""
         self.config = config
         self._on_synced = on_synced
+        self._on_written = on_written
         self._on_write_failure = on_write_failure
         self.node = config.node(node_name)
         self.in_dir = config.data_dir_of(self.node) / "in"
@@ -62,6 +65,11 @@ class PushServer:
         """How far the replica ``name`` is synced (None: no replica open by that name)."""
         replica = self._replicas.get(name)
         return None if replica is None else replica.synced
+
+    def written(self, name: str) -> Position | None:
+        """How far the replica ``name`` is written, synced or not (None: none open)."""
+        replica = self._replicas.get(name)
+        return None if replica is None else replica.end
 
     def status_line(self) -> str:
         """One line for systemd's status: connections and replicas."""
@@ -248,6 +256,8 @@ class PushServer:
             replica = self._replicas[data.dir]
             replica.append(data.position, data.payload, sync=False)
             trace.event("in", f"{self.node.name}/{data.dir}", int(replica.end))
+            if self._on_written is not None:
+                self._on_written()
         except RTError as exc:
             reason = (
                 "disk_full"

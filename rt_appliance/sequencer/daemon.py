@@ -139,6 +139,13 @@ class _Metrics:
                 registry=r,
             )
         )
+        self.carried = _Total(
+            Counter(
+                "rt_sequencer_carried",
+                "Ranges this leader proposed with their input bytes in the raft entry",
+                registry=r,
+            )
+        )
         self.repaired_inputs = _Total(
             Counter(
                 "rt_sequencer_repaired_inputs",
@@ -239,9 +246,12 @@ class Sequencer:
         node_name: str,
         metrics_port: int | None,
         held: Callable[[str], Position | None],
+        written: Callable[[str], Position | None] | None = None,
     ) -> None:
         """``held``: how far the node's push server holds an input, synced (None: not
-        known there); the push server calls :meth:`input_synced` after each sync."""
+        known there); the push server calls :meth:`input_synced` after each sync.
+        ``written``: how far it has written one, synced or not; it calls
+        :meth:`input_written` after each write (the leader may carry those bytes)."""
         self.config, self.name = config, node_name
         node = config.node(node_name)
         self.data_dir = config.data_dir_of(node)
@@ -249,7 +259,10 @@ class Sequencer:
         self.metrics = _Metrics()
         self.machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
         self.inputs = Inputs(
-            self.data_dir / "in", sync=config.replication.fsync != "never", held=held
+            self.data_dir / "in",
+            sync=config.replication.fsync != "never",
+            held=held,
+            written=written,
         )
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)
@@ -336,6 +349,12 @@ class Sequencer:
         """The node's push server synced input bytes (on this loop): report and plan now."""
         self._inputs_changed.set()
         self._wake.set()
+
+    def input_written(self) -> None:
+        """The node's push server wrote input bytes, not synced yet (on this loop): a
+        leader plans now, carrying them in its entry if no majority reported them yet."""
+        if self.planner.carrying:
+            self._wake.set()
 
     async def run(self) -> None:
         self._loop_thread = threading.get_ident()
@@ -628,6 +647,7 @@ class Sequencer:
             m.halted.set(1 if self.merger.halted else 0)
             m.fetched.follow(self.merger.fetched_inputs)
             m.planned_from_peers.follow(self.planner.from_peers)
+            m.carried.follow(self.planner.carried)
             m.repaired_inputs.follow(self.merger.repaired_inputs)
             m.copied.follow(self.merger.copied_records)
             m.scrub_damaged.follow(self.merger.scrubber.damaged)
@@ -785,6 +805,7 @@ class Sequencer:
             "mismatches": self.merger.mismatches,
             "fetched_inputs": self.merger.fetched_inputs,
             "planned_from_peers": self.planner.from_peers,
+            "carried": self.planner.carried,
             "repaired_inputs": self.merger.repaired_inputs,
             "copied_records": self.merger.copied_records,
             "scrub": {

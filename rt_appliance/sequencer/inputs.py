@@ -90,9 +90,16 @@ class InputDir:
     """One input directory: its files and the valid end of the newest one."""
 
     def __init__(
-        self, path: Path, sync: bool, held: Callable[[str], Position | None] | None = None
+        self,
+        path: Path,
+        sync: bool,
+        held: Callable[[str], Position | None] | None = None,
+        written: Callable[[str], Position | None] | None = None,
     ) -> None:
+        """``held``/``written``: how far the node's push server has synced/written this
+        input (None: no push server in this process; the files alone tell)."""
         self.path, self.name, self._sync, self._held = path, path.name, sync, held
+        self._written = written
         self._dir = str(path)
         self._listing = ListingCache(path, list_files)
         self._walked: _Walked | None = None  # where the last walk of the newest file ended
@@ -245,6 +252,18 @@ class InputDir:
         if end_here is None:
             return None
         stop = end_here if limit.file_key != start.file_key else min(end_here, limit.offset)
+        return self._read_upto(start, stop, max_bytes)
+
+    def read_written(self, start: Position, max_bytes: int) -> Records | None:
+        """Whole records from ``start`` up to what this node's push server has written to
+        that file, synced or not, at most ``max_bytes`` (None: none, or no push server in
+        this process). For a range the leader carries in its raft entry."""
+        written = self._written(self.name) if self._written is not None else None
+        if written is None or written.file_key != start.file_key:
+            return None
+        return self._read_upto(start, written.offset, max_bytes)
+
+    def _read_upto(self, start: Position, stop: int, max_bytes: int) -> Records | None:
         if stop <= start.offset:
             return None
         path = f"{self._dir}/log.{start.session}.{start.roll}"  # no Path: read per step
@@ -306,16 +325,27 @@ class Inputs:
     """Every input directory of this node's ``in/``."""
 
     def __init__(
-        self, in_dir: Path, sync: bool, held: Callable[[str], Position | None] | None = None
+        self,
+        in_dir: Path,
+        sync: bool,
+        held: Callable[[str], Position | None] | None = None,
+        written: Callable[[str], Position | None] | None = None,
     ) -> None:
-        self.in_dir, self._sync, self._held = in_dir, sync, held
+        self.in_dir, self._sync, self._held, self._written = in_dir, sync, held, written
         self._dirs: dict[str, InputDir] = {}
         self._listing = ListingCache(in_dir, _input_names)
+
+    @property
+    def tracks_writes(self) -> bool:
+        """Whether this node's push server says how far it has written each input."""
+        return self._written is not None
 
     def get(self, name: str) -> InputDir:
         d = self._dirs.get(name)
         if d is None:
-            d = self._dirs[name] = InputDir(self.in_dir / name, self._sync, self._held)
+            d = self._dirs[name] = InputDir(
+                self.in_dir / name, self._sync, self._held, self._written
+            )
         return d
 
     def names(self) -> list[str]:

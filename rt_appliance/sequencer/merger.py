@@ -259,7 +259,9 @@ class Merger:
             self._copy_stretch(ins.seq - 1)
             if ins.seq != self.merged.seq + 1:
                 raise RTError(f"merged log at seq {self.merged.seq}, cannot reach {ins.seq - 1}")
-        local = self._local_input(ins)
+        # the bytes the entry carries (the leader's own copy, durable with the entry
+        # itself), else this node's copy of the input
+        local = ins.data if ins.data is not None else self._local_input(ins)
         if local is None and self._input_gone(ins):  # far behind: copy merged records in bulk
             pending = self._pending_merges()
             last = ins.seq
@@ -300,8 +302,9 @@ class Merger:
     # -- building a record ---------------------------------------------------------
 
     def _build(self, ins: Merge, watermark_before: int | None, source: bytes | None) -> bytes:
-        """The merged record of ``ins``: from ``source`` (this node's input bytes), else from
-        a peer's input, else a peer's merged record; each checked against the commit."""
+        """The merged record of ``ins``: from ``source`` (the bytes the entry carries, or
+        this node's input bytes), else from a peer's input, else a peer's merged record;
+        each checked against the commit."""
         if source is not None:
             record = _rebuild(ins, source, watermark_before)
             if _matches(record, ins):
@@ -317,7 +320,7 @@ class Merger:
             record = _rebuild(ins, data, watermark_before)
             if _matches(record, ins):
                 self.fetched_inputs += 1
-                if source is not None:  # this node's copy holds wrong bytes there
+                if source is not None and ins.data is None:  # this node's copy is wrong there
                     self._repair_input(ins, data, peer)
                 return record
         for peer in self._peers():  # inputs gone everywhere: copy the merged record itself

@@ -2,7 +2,8 @@
 
 Every node reports how far it durably holds each input. For an input, the
 *majority extent* is the position that a majority of nodes (this one counted)
-hold. The planner proposes ranges below the majority extent only, at most
+hold. The planner proposes ranges below the majority extent (past it only with the
+bytes carried in the entry, below), at most
 ``max_range_bytes`` each (a record larger than that is a range of its own),
 choosing among inputs the one whose next record has the oldest timestamp
 (arrival order across publishers, kept plausible), and keeps up to
@@ -27,6 +28,13 @@ reach it), it reads the records from a peer that holds them (FETCH from the peer
 loop. A file's end is crossed on a peer's copy under the same rule as on its own: a
 majority's copies of the file are known to end there. Its merger then builds those
 records from the peers' bytes too, as a follower's does.
+
+What no majority reported holding yet is planned too, from this node's own copy as its
+push server wrote it (synced or not), with the bytes carried in the raft entry
+(``Merge.data``): committing the entry makes them durable on a majority, so the merge
+waits for neither the followers' input syncs nor their reports, and every node builds the
+record from those bytes. At most ``CARRY_MAX_BYTES`` are carried in flight, within one
+input file, and only once every peer said it applies such merges (``CARRIED_INPUT``).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from rt_appliance.clock import wall_ns
 from rt_appliance.config.model import StreamConfig
 from rt_appliance.errors import RTError
 from rt_appliance.limits import (
+    CARRY_MAX_BYTES,
     LEADER_INPUT_BEHIND_S,
     MAX_FILE_HEADER_BYTES,
     PLAN_FETCH_PENALTY_S,
@@ -56,10 +65,17 @@ from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merger import build_record
 from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.state import Merge, SequencerState, Skip
+from rt_appliance.versions import CARRIED_INPUT
 
 __all__ = ["Planner", "majority_extent"]
 
 log = logging.getLogger(__name__)
+
+
+class _Carried(Records):
+    """Records whose bytes go in the raft entry (:meth:`Planner._carried_records`)."""
+
+    __slots__ = ()
 
 
 def majority_extent(extents: list[int], nodes: int) -> Position:
@@ -114,6 +130,11 @@ class Planner:
         self._peer_told: set[str] = set()  # inputs whose peer reads were logged this term
         self._failed_until: dict[str, float] = {}  # peer -> not asked until then
         self._from_peer: dict[str, Records] = {}  # input -> records last read from a peer
+        # leading, and every peer applies merges that carry their input: ranges no majority
+        # reported holding yet are planned from this node's written copy, bytes in the entry
+        self.carrying = False
+        self._carried_inflight = 0  # bytes carried by proposals not decided yet
+        self.carried = 0  # ranges proposed with their input carried
 
     def report(
         self, node: str, extents: dict[str, int], ends: dict[str, list[int]] | None = None
@@ -146,11 +167,13 @@ class Planner:
         self.read_bytes, self.cut_short, self.wants_fetch = 0, False, False
         self.may_fetch, self.from_peers_in_step = may_fetch, False
         if not self.raft.is_leader():
+            self.carrying = False
             with self._lock:
                 self._spec = None
             return 0
         if not self.raft.leading_settled():  # the log from earlier terms is still applying
             return 0  # (raft calls on_settled, which wakes the planner, once it is)
+        self.carrying = self.inputs.tracks_writes and self.raft.peers_do(CARRIED_INPUT)
         local = self.inputs.extents()
         term = self.raft.term()
         with self._lock:
@@ -162,6 +185,7 @@ class Planner:
                 self._short.clear()
                 self._peer_told.clear()
                 self._from_peer.clear()
+                self._carried_inflight = 0
             if self._spec is None:
                 if self._inflight:
                     return 0
@@ -181,6 +205,7 @@ class Planner:
                 self.from_peers += 1
                 self.from_peers_in_step = True
             command = merge.encode()
+            carried = len(merge.data) if isinstance(merge, Merge) and merge.data else 0
             with self._lock:
                 if self._spec is not spec:  # a proposal failed meanwhile: replan next step
                     break
@@ -190,8 +215,11 @@ class Planner:
                     break
                 self._inflight += 1
                 self.proposed += 1
+                if carried:
+                    self._carried_inflight += carried
+                    self.carried += 1
             made += 1
-            self.raft.propose(command, partial(self._done, epoch))
+            self.raft.propose(command, partial(self._done, epoch, carried))
             trace.event("proposed", merge.dir, merge.end)
             self.read_bytes += merge.end - merge.start
             if budget_bytes is not None and self.read_bytes >= budget_bytes and made < room:
@@ -211,9 +239,13 @@ class Planner:
             mine = Position(local.get(name, 0))
             merged = spec.inputs.get(name)
             short = self._short.get(name)
-            if short is None and (
-                held <= mine or (merged is not None and held <= Position(merged))
-            ):
+            # all it lacks is merged already: it need not hold it (unless it got there by
+            # planning from a peer's copy: that catches up in turns of fetch_after_ms, and
+            # must not restart the count at each)
+            merged_all = (
+                merged is not None and held <= Position(merged) and name not in self._from_peer
+            )
+            if short is None and (held <= mine or merged_all):
                 self._behind_since.pop(name, None)
                 continue
             since = self._behind_since.setdefault(name, now)
@@ -236,11 +268,35 @@ class Planner:
         start = Position(known) if known is not None else None
         held = self._majority(name, reports)
         if start is not None and held <= start:
-            return None
+            return self._carried_records(name, start)
         records = self._own_records(name, start, held, ends)
         if records is None and self._peer_read_due(name):
             records = self._peer_records(name, start, held, reports, ends)
+        if records is None and start is None and self.carrying:  # an input's first range
+            first = self.inputs.get(name).first_record()
+            if first is not None and held <= first:
+                records = self._carried_records(name, first)
         return records
+
+    def _carried_records(self, name: str, start: Position) -> Records | None:
+        """Records of ``name`` from ``start`` that no majority reported holding yet, from
+        this node's copy as its push server wrote it (synced or not), to carry in the raft
+        entry itself: within ``CARRY_MAX_BYTES`` in flight, in the file ``start`` is in.
+
+        Committing the entry then makes the bytes durable on a majority (in their raft
+        journals), as a majority's reports did before: the merge waits for no report and no
+        input sync. Larger ranges, and those past a file's end, wait for the reports."""
+        if not self.carrying:
+            return None
+        room = min(CARRY_MAX_BYTES - self._carried_inflight, self.config.sequencer.max_range_bytes)
+        if room <= 0:
+            return None
+        records = self.inputs.get(name).read_written(start, room)
+        if records is None or len(records.data) > room:  # one record larger than the room
+            return None
+        return _Carried(
+            records.start, records.end, records.data, records.ids, records.offsets, records.first_ts
+        )
 
     def _own_records(
         self,
@@ -393,11 +449,12 @@ class Planner:
         assert self.fetcher is not None
         return self.fetcher.fetch(peer, directory, at, most, PLAN_FETCH_TIMEOUT_S)
 
-    def _done(self, epoch: int, accepted: bool, why: str) -> None:
+    def _done(self, epoch: int, carried: int, accepted: bool, why: str) -> None:
         with self._lock:
             if epoch != self._epoch:
                 return  # planned under an earlier leadership: already forgotten
             self._inflight -= 1
+            self._carried_inflight -= carried
             if not accepted:
                 self.failed += 1
                 log.info(
@@ -486,4 +543,5 @@ class Planner:
             ts=ts,
             watermark=watermark,
             basis=basis,
+            data=records.data if isinstance(records, _Carried) else None,
         )

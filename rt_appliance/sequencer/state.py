@@ -27,6 +27,7 @@ through SHA-256, so equal digests at equal sequence numbers mean equal logs.
 
 from __future__ import annotations
 
+import base64
 import copy
 import functools
 import hashlib
@@ -101,9 +102,17 @@ class Merge:
     ts: int  # the leader's clock when proposing; stamps the range record and new files
     watermark: int | None  # dedup topics: the highest id merged after this one
     basis: int | None = None  # dedup topics: the watermark the leader filtered against
+    # the input bytes [start, end) themselves, carried in the raft entry (a range the
+    # leader planned before a majority reported holding it; see the planner); None: every
+    # node reads them from its own copy of the input or a peer's
+    data: bytes | None = None
 
     def encode(self) -> bytes:
-        return json.dumps({"t": "merge", **_fields(self)}, separators=(",", ":")).encode()
+        fields = _fields(self)
+        data = fields.pop("data")
+        if data is not None:  # absent otherwise: what releases before carried input wrote
+            fields["data"] = base64.b64encode(data).decode()
+        return json.dumps({"t": "merge", **fields}, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,10 +179,21 @@ def decode_instruction(command: bytes) -> Instruction | str:
         return f"unknown instruction {kind!r}"
     if "basis" in cls.__slots__:
         doc.setdefault("basis", _LEGACY)  # written before instructions carried it
+    data: bytes | None = None
+    if "data" in cls.__slots__:
+        carried = doc.pop("data", None)
+        if carried is not None:
+            try:
+                data = base64.b64decode(carried, validate=True)
+            except (TypeError, ValueError) as exc:
+                return f"{kind}.data is not base64: {exc}"
+        doc["data"] = None
     if set(doc) != set(cls.__slots__):
         return f"{kind} fields {sorted(doc)} != {sorted(cls.__slots__)}"
     for name in ints:
         value = doc[name]
+        if name == "data":
+            continue
         if name in strs:
             if not isinstance(value, str):
                 return f"{kind}.{name} is not a string"
@@ -183,6 +203,8 @@ def decode_instruction(command: bytes) -> Instruction | str:
             continue
         elif not isinstance(value, int) or isinstance(value, bool) or value < -(1 << 63):
             return f"{kind}.{name} is not an integer"
+    if data is not None:
+        doc["data"] = data
     return cls(**doc)
 
 
@@ -304,6 +326,8 @@ class SequencerState:
             return problem
         if ins.count < 1 or ins.nbytes <= 0:
             return "merge of no records (a fully deduplicated range is a skip)"
+        if ins.data is not None and len(ins.data) != ins.end - ins.start:  # one file's range
+            return f"merge of {ins.dir} carries {len(ins.data)} bytes for {ins.end - ins.start}"
         if ins.nbytes > MAX_FILE_BYTES - self.header_bytes:  # a file may hold one larger record
             return f"merge record of {ins.nbytes} bytes cannot fit a file of {MAX_FILE_BYTES}"
         is_dedup = is_dedup_topic(topic_of(ins.dir))

@@ -45,6 +45,8 @@ class _Inputs:
     def get(self, name: str) -> _SlowInput:
         return self.one
 
+    tracks_writes = False  # no push server in this process: nothing is carried
+
 
 class _Raft:
     def is_leader(self) -> bool:

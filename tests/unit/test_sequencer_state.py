@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import zlib
@@ -322,3 +323,26 @@ def test_an_unreadable_vote_file_stops_the_node_with_a_clear_error(tmp_path, tex
     (tmp_path / "raft.vote").write_text(text)
     with pytest.raises(RTError, match=r"raft\.vote is unreadable.*move the file away"):
         VoteStore(tmp_path)
+
+
+def test_a_merge_carrying_its_input_applies_only_with_exactly_those_bytes() -> None:
+    """The bytes a merge carries travel base64 in the JSON entry, and must be exactly the
+    range's input, within one file; a merge without them encodes as releases before
+    carried input wrote it (no ``data`` key), so their nodes still apply it."""
+    s = SequencerState("s", ROLL)
+    start = int(Position.of(1, 0, 64))
+    plain = merge_for(s, "trades.pub-1", start, [1, 2])
+    assert b'"data"' not in plain.encode()
+    data, _ = encode_batch([b"x%d" % i for i in (1, 2)], 1000, [1, 2])
+    carried = dataclasses.replace(plain, data=data)
+    decoded = decode_instruction(carried.encode())
+    assert decoded == carried
+    short = dataclasses.replace(plain, data=data[:-1])
+    state = SequencerState("s", ROLL)
+    assert state.apply(short.encode()) is None and "carries" in state.last_reject
+    assert SequencerState("s", ROLL).apply(carried.encode()) is not None
+    not_base64 = carried.encode().replace(b'"data":"', b'"data":"!')
+    assert "base64" in str(decode_instruction(not_base64))
+    # every node builds the same record from the carried bytes as from its own copy
+    record = _rebuild(carried, data, None)
+    assert _matches(record, carried)

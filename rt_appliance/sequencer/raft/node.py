@@ -555,6 +555,14 @@ class RaftNode:
             name for name in self._transport.peer_versions if feature not in known.get(name, ())
         )
 
+    def peers_do(self, feature: str) -> bool:
+        """Whether every other node of the stream has connected and said it does
+        ``feature`` (a node not heard from yet may run an older release)."""
+        known = self._transport.peer_features
+        return all(
+            feature in known.get(n.name, ()) for n in self.config.nodes if n.name != self.name
+        )
+
     def leading_settled(self) -> bool:
         """Leading, with an entry of this term applied here. Raft commits the entries of
         earlier terms in the new leader's log only with the first entry of its own (the

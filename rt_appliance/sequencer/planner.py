@@ -119,6 +119,7 @@ class Planner:
         self._epoch = 0
         self.behind = behind  # told why, while this leader's own copy is behind
         self._behind_since: dict[str, float] = {}  # input -> since when
+        self._behind_target: dict[str, Position] = {}  # input -> what a majority held then
         seq = config.sequencer
         self._behind_after_s = max(LEADER_INPUT_BEHIND_S, seq.fetch_after_ms / 1000)
         self.fetcher = fetcher
@@ -182,6 +183,7 @@ class Planner:
                 self._term, self._spec, self._inflight = term, None, 0
                 self._epoch += 1
                 self._behind_since.clear()  # nor how long an earlier one lacked input
+                self._behind_target.clear()
                 self._short.clear()
                 self._peer_told.clear()
                 self._from_peer.clear()
@@ -248,7 +250,14 @@ class Planner:
             if short is None and (held <= mine or merged_all):
                 self._behind_since.pop(name, None)
                 continue
-            since = self._behind_since.setdefault(name, now)
+            since = self._behind_since.get(name)
+            target = self._behind_target.get(name)
+            if since is None or (short is None and target is not None and target <= mine):
+                # fell behind just now, or has since caught up with what a majority held
+                # then: a copy that keeps coming, only later than the others' (a leader
+                # busy at full speed), starts the count again; one that stopped does not
+                since = self._behind_since[name] = now
+                self._behind_target[name] = held
             if now - since >= self._behind_after_s and self.behind is not None:
                 why = short or (
                     f"this node holds up to {mine.format()}, a majority up to {held.format()}"

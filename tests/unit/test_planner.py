@@ -131,3 +131,44 @@ def test_a_leader_lacking_input_a_majority_holds_is_told_so_after_a_while(tmp_pa
     raft.current = 2  # a new leadership starts the count again
     planner.step()
     assert len(told) == 1
+
+
+def test_a_leader_whose_copy_keeps_coming_late_is_not_behind(tmp_path: Path) -> None:
+    """At full speed a busy leader's own copy trails the followers' by a megabyte or so,
+    and goes on arriving: that is not a copy that stopped. Each time it reaches what a
+    majority held when it fell behind the count starts again, so it never hands over;
+    a copy that stops moving is told after the bound (the test above)."""
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+    told: list[str] = []
+    base = int(Position.of(1, 0, 64))
+    mine = [base]
+
+    class _Trailing(_Inputs):
+        def extents(self) -> dict[str, int]:
+            return {DIR: mine[0]}
+
+    planner = Planner(
+        config,
+        "rt-1",
+        machine,
+        _Trailing(_Input()),
+        _Leader(),
+        lambda: None,
+        told.append,  # type: ignore[arg-type]
+    )
+    for step in range(1, 6):
+        majority = base + step * 1_000_000
+        for peer in ("rt-2", "rt-3"):
+            planner.report(peer, {DIR: majority})
+        planner.step()
+        planner._behind_since[DIR] -= planner._behind_after_s  # each step a bound later
+        mine[0] = majority + 500_000  # past what a majority held, behind the next report
+    assert told == []
+    for peer in ("rt-2", "rt-3"):  # the majority goes on; this copy now stands still
+        planner.report(peer, {DIR: mine[0] + 1_000_000})
+    planner.step()
+    assert told == []
+    planner._behind_since[DIR] -= planner._behind_after_s
+    planner.step()
+    assert len(told) == 1 and "this node holds up to" in told[0]

@@ -263,3 +263,11 @@ def watch_raft_sends(
         return real_send(peer, frame)
 
     monkeypatch.setattr(Peer, "send", watching_send)
+
+
+async def settled_leader(nodes: dict[str, RaftNode], deadline: float) -> RaftNode:
+    """The node leading with its log applied, once one is (by ``deadline``, monotonic)."""
+    while not any(n.is_leader() and n.leading_settled() for n in nodes.values()):
+        assert time.monotonic() < deadline, "no leader settled"
+        await asyncio.sleep(0.02)
+    return next(node for node in nodes.values() if node.is_leader())

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import raft_cluster, run_rafts, watch_raft_sends
+from tests.helpers import raft_cluster, run_rafts, settled_leader, watch_raft_sends
 
 pytestmark = pytest.mark.integration
 
@@ -42,10 +42,7 @@ def test_proposals_of_one_turn_reach_each_follower_in_one_message(
 
     async def scenario() -> None:
         deadline = time.monotonic() + 30
-        while not any(n.is_leader() and n.leading_settled() for n in nodes.values()):
-            assert time.monotonic() < deadline, "no leader settled"
-            await asyncio.sleep(0.02)
-        leader = next(node for node in nodes.values() if node.is_leader())
+        leader = await settled_leader(nodes, deadline)
         watching.append(True)
         began = time.monotonic()
         for below in range(1, PROPOSALS + 1):  # in one turn: no await between them

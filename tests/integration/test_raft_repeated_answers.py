@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import raft_cluster, run_rafts, watch_raft_sends
+from tests.helpers import raft_cluster, run_rafts, settled_leader, watch_raft_sends
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +39,7 @@ def test_a_repeated_answer_is_not_sent_and_heartbeats_are_still_answered(
 
     async def scenario() -> None:
         deadline = time.monotonic() + 30
-        while not any(n.is_leader() and n.leading_settled() for n in nodes.values()):
-            assert time.monotonic() < deadline, "no leader settled"
-            await asyncio.sleep(0.02)
-        leader = next(node for node in nodes.values() if node.is_leader())
+        leader = await settled_leader(nodes, deadline)
         await asyncio.sleep(HEARTBEAT_S)  # a heartbeat's answers are out of the way
         watching.append(True)
         leader.propose(b'{"t":"prune","below":1,"reason":"x","ts":1}', lambda ok, why: None)

@@ -14,7 +14,10 @@ pysyncobj is the raft library; :func:`install` replaces, module-wide and once:
   pysyncobj has already emptied;
 * ``SyncObj.__setCurrentTerm``, with :func:`_term_recorded_or_unchanged`: pysyncobj sets
   the term and vote in memory before the journal records them, so when recording fails
-  (a full disk) the node went on in a term it never recorded, in the role it had.
+  (a full disk) the node went on in a term it never recorded, in the role it had;
+* its clock (``monotonicTime`` in ``pysyncobj.syncobj``, ``.transport`` and
+  ``.tcp_connection``, CLOCK_MONOTONIC_RAW) with ``time.monotonic``, the clock of every
+  timer the node sets on raft's behalf, so that both read the same deadlines.
 
 :data:`PRIVATE_ATTRIBUTES` lists every private name of pysyncobj this package reads or
 sets; :func:`check` fails with a clear error when a pysyncobj release lacks one, so an
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +38,8 @@ import pysyncobj.journal as _journal
 import pysyncobj.pickle as _pso_pickle
 import pysyncobj.serializer as _serializer
 import pysyncobj.syncobj as _syncobj
+import pysyncobj.tcp_connection as _tcp_connection
+import pysyncobj.transport as _transport
 
 from rt_appliance.errors import RTError
 from rt_appliance.sequencer.raft import codec
@@ -107,6 +113,14 @@ def install() -> None:
     _pso_pickle.dumps = codec.dumps
     _pso_pickle.dump = codec.dump
     _syncobj.createJournal = create_journal
+    # One clock for raft's timers: pysyncobj reads CLOCK_MONOTONIC_RAW, the node (its tick
+    # timer, pre-vote, the election deadlines it sets) time.monotonic(), CLOCK_MONOTONIC.
+    # NTP slews the one and not the other: on this host they were 0.26 s apart after 2.2
+    # hours up, so a follower saw its election deadline pass 0.2 s early, stood though its
+    # leader was alive, and unseated it (tests/integration/test_raft_rejoin.py, 1 run in
+    # 10); after days up, seconds apart.
+    for module in (_syncobj, _transport, _tcp_connection):
+        module.monotonicTime = time.monotonic
     _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full
     _serializer.atomicReplace = durable_replace  # snapshots, ours and the leader's
     sync_obj = _syncobj.SyncObj

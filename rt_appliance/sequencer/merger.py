@@ -261,7 +261,12 @@ class Merger:
                 raise RTError(f"merged log at seq {self.merged.seq}, cannot reach {ins.seq - 1}")
         # the bytes the entry carries (the leader's own copy, durable with the entry
         # itself), else this node's copy of the input
-        local = ins.data if ins.data is not None else self._local_input(ins)
+        local: bytes | None
+        if ins.data is not None:
+            local = ins.data
+            self._check_own_copy(ins, ins.data)
+        else:
+            local = self._local_input(ins)
         if local is None and self._input_gone(ins):  # far behind: copy merged records in bulk
             pending = self._pending_merges()
             last = ins.seq
@@ -355,6 +360,23 @@ class Merger:
                 peer,
                 ins.seq,
             )
+
+    def _check_own_copy(self, ins: Merge, carried: bytes) -> None:
+        """Compare this node's copy of a carried range, where it already holds it synced,
+        with the bytes the entry carries (checked against the commit): a damaged copy (a
+        flipped bit, a zeroed block) is counted and rewritten with them, as it is from a
+        peer's bytes when the merge reads the copy itself."""
+        source = self.inputs.get(ins.dir)
+        start, end = Position(ins.start), Position(ins.end)
+        settled = source.file_end(start)  # the push server's synced end in the newest file
+        if settled is None or settled < end.offset:
+            return
+        own = source.read_exact(start, end)
+        if own is None or own == carried:
+            return
+        self.mismatches += 1
+        log.error("merger: seq %d: this node's copy of %s is not the entry's", ins.seq, ins.dir)
+        self._repair_input(ins, carried, "the leader")
 
     def _local_input(self, ins: Merge) -> bytes | None:
         """The input bytes from this node's ``in/``; waits ``fetch_after_ms`` for them only

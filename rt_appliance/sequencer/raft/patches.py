@@ -118,7 +118,7 @@ def install() -> None:
     # NTP slews the one and not the other: on this host they were 0.26 s apart after 2.2
     # hours up, so a follower saw its election deadline pass 0.2 s early, stood though its
     # leader was alive, and unseated it (tests/integration/test_raft_rejoin.py, 1 run in
-    # 10); after days up, seconds apart.
+    # 10); the gap grows with the time up (about 32 ppm on that host).
     for module in (_syncobj, _transport, _tcp_connection):
         module.monotonicTime = time.monotonic
     _journal.ResizableFile.write = allocated_write  # no SIGBUS when the disk is full

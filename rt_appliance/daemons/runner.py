@@ -35,6 +35,9 @@ def run_daemon(
     ``served``), and the watchdog and status task runs on this loop until the end.
     """
     notifier = Notifier()
+    # a crash in native code (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes every
+    # thread's Python stack to stderr before the process dies, so the log says where
+    faulthandler.enable(all_threads=True)
     # `kill -USR1 PID` writes every thread's stack to stderr (the journal under systemd):
     # what a daemon that does not stop, or stands still, is waiting on
     faulthandler.register(signal.SIGUSR1, all_threads=True)

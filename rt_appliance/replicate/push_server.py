@@ -211,15 +211,17 @@ class PushServer:
             for name, replica in batch:
                 fd, end = replica.sync_handle()
                 try:
+                    # the worker closes the descriptor when its sync ends, even if this
+                    # task is cancelled meanwhile: never closed under a running sync
                     if durable:
-                        await in_thread(os.fdatasync, fd)
+                        await in_thread(_datasync_and_close, fd)
+                    else:
+                        os.close(fd)
                 except OSError as exc:
                     self.metrics.refused_chunks.labels(dir=name, reason="sync_failed").inc()
                     if self._on_write_failure is not None:
                         self._on_write_failure(exc)
                     replica.cut_unsynced(exc)  # raises: the connection ends, nothing acked
-                finally:
-                    os.close(fd)
                 replica.mark_synced(end)
                 trace.event("synced", f"{self.node.name}/{name}", int(end))
                 if self._on_synced is not None:
@@ -293,3 +295,10 @@ def _reason(exc: PeerRejectedError) -> str:
 def replica_path(config: StreamConfig, node_name: str, dir_name: str) -> Path:
     """Where node ``node_name`` keeps its replica of publisher directory ``dir_name``."""
     return config.data_dir_of(config.node(node_name)) / "in" / dir_name
+
+
+def _datasync_and_close(fd: int) -> None:
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)

@@ -28,7 +28,7 @@ from rt_appliance.limits import (
     LISTEN_BACKLOG,
 )
 
-__all__ = ["Handler", "Listener", "Refused", "dial_tcp", "listen_tls", "set_keepalive"]
+__all__ = ["Handler", "Listener", "Refused", "dial_tls", "listen_tls", "set_keepalive"]
 
 log = logging.getLogger(__name__)
 
@@ -132,29 +132,33 @@ def _bind(host: str, port: int) -> socket.socket:
     return socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
 
 
-async def dial_tcp(host: str, port: int, within_s: float) -> socket.socket:
-    """A TCP connection to ``host:port`` (TLS is the caller's), or an error once
-    ``within_s`` has passed: a SYN lost in a partition is not left to the kernel's
-    retransmission at 1 s, 3 s, 7 s..., so the caller's next dial goes out soon after
-    the path is back."""
-    loop = asyncio.get_running_loop()
-    error: OSError = OSError(f"{host}: no address")
-    async with asyncio.timeout(within_s):
-        for family, kind, proto, _, address in await loop.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM
-        ):
-            sock = socket.socket(family, kind, proto)
-            try:
-                sock.setblocking(False)
-                await loop.sock_connect(sock, address)
-                return sock
-            except OSError as exc:
-                sock.close()
-                error = exc
-            except BaseException:
-                sock.close()
-                raise
-    raise error
+async def dial_tls(
+    host: str,
+    port: int,
+    context: ssl.SSLContext,
+    connect_within_s: float,
+    handshake_within_s: float,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TLS connection to ``host:port``: TCP within ``connect_within_s``, then the
+    handshake within ``handshake_within_s``, or an error. A SYN lost in a partition is
+    not left to the kernel's retransmission at 1 s, 3 s, 7 s..., so the caller's next
+    dial goes out soon after the path is back.
+
+    The event loop makes, owns and closes the socket at every step, as it does for any
+    connection it opens itself. A socket of ours handed to uvloop (``sock_connect``,
+    ``sock=``) and closed by us after a failed or cancelled connect can close a
+    descriptor libuv still has queued for epoll, and libuv aborts the process.
+    """
+    async with asyncio.timeout(connect_within_s):
+        reader, writer = await asyncio.open_connection(host, port)
+    try:
+        async with asyncio.timeout(handshake_within_s):
+            # the server speaks only after the ClientHello: nothing is read before TLS
+            await writer.start_tls(context, server_hostname=host)
+    except BaseException:
+        writer.transport.abort()
+        raise
+    return reader, writer
 
 
 def set_keepalive(writer: asyncio.StreamWriter, unacked_s: float | None = None) -> None:

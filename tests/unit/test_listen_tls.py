@@ -5,6 +5,8 @@ the next client is served, on asyncio's loop and on uvloop's, at any address a n
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 
 import pytest
@@ -115,41 +117,106 @@ def test_a_peer_is_named_by_the_one_common_name_of_its_verified_certificate(
             common_name(cert)
 
 
-def test_a_dial_ends_with_an_error_within_its_limit_and_sets_the_unacked_limit() -> None:
-    """A dial to a listener that accepts nothing more (its queue is full, so SYNs go
-    unanswered) fails within the limit given, not after the kernel's SYN retries; a dial
-    that connects carries the unacknowledged-bytes limit asked for."""
-    from rt_appliance.transport.listen import dial_tcp, set_keepalive
+async def _dials(config: StreamConfig) -> dict[str, object]:
+    """dial_tls against a listener that answers no SYN, one that never answers TLS, and
+    a node; then many dials cancelled at every step. What each one came to."""
+    from rt_appliance.transport.listen import dial_tls, set_keepalive
 
-    async def run() -> tuple[float, int]:
-        with socket.socket() as busy:
-            busy.bind(("127.0.0.1", 0))
-            busy.listen(0)
-            port = busy.getsockname()[1]
-            held = []
+    ctx = client_context(config.tls, "pub-1")
+    loop = asyncio.get_running_loop()
+    seen: dict[str, object] = {}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(0)
+        port = busy.getsockname()[1]
+        held = []
+        try:
+            for _ in range(4):  # fill the accept queue (length 0 holds one or two)
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", port))
+                held.append(s)
+            began = loop.time()
+            with pytest.raises(TimeoutError):
+                await dial_tls("127.0.0.1", port, ctx, 0.3, 5.0)
+            seen["no SYN answered, s"] = loop.time() - began
+        finally:
+            for s in held:
+                s.close()
+
+    ended = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # until the dialler gives up and closes
+        ended.set()
+        writer.close()
+
+    mute = await asyncio.start_server(silent, "127.0.0.1", 0)
+    async with mute:
+        began = loop.time()
+        with pytest.raises(TimeoutError):
+            await dial_tls("127.0.0.1", mute.sockets[0].getsockname()[1], ctx, 5.0, 0.3)
+        seen["no TLS answered, s"] = loop.time() - began
+        await asyncio.wait_for(ended.wait(), 5)  # the dialler closed its socket
+        seen["closed after the handshake timed out"] = True
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):  # the cancelled dials below hang up at once
+            writer.write(await reader.read(5))
+            await writer.drain()
+        writer.close()
+
+    listener = await listen_tls(
+        "127.0.0.1", 0, server_context(config.tls, "rt-1"), 5.0, echo, lambda a, e: None
+    )
+    try:
+        reader, writer = await dial_tls("127.0.0.1", listener.port, ctx, 1.0, 5.0)
+        seen["peer"] = peer_name(writer.get_extra_info("ssl_object"))
+        set_keepalive(writer, 1.5)
+        sock = writer.get_extra_info("socket")
+        seen["unacked limit, ms"] = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+        writer.write(b"hello")
+        seen["echo"] = await asyncio.wait_for(reader.readexactly(5), 5)
+        writer.close()
+
+        # dials cut short at every step (TCP, handshake, done) leave no descriptor open
+        fds = len(os.listdir("/proc/self/fd"))
+        for i in range(60):
+            task = asyncio.ensure_future(dial_tls("127.0.0.1", listener.port, ctx, 1.0, 5.0))
+            for _ in range(i % 6):
+                await asyncio.sleep(0)
+            task.cancel()
             try:
-                for _ in range(4):  # fill the accept queue (length 0 holds one or two)
-                    s = socket.socket()
-                    s.setblocking(False)
-                    s.connect_ex(("127.0.0.1", port))
-                    held.append(s)
-                loop = asyncio.get_running_loop()
-                began = loop.time()
-                with pytest.raises(TimeoutError):
-                    (await dial_tcp("127.0.0.1", port, 0.3)).close()
-                took = loop.time() - began
-            finally:
-                for s in held:
-                    s.close()
-        server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
-        async with server:
-            sock = await dial_tcp("127.0.0.1", server.sockets[0].getsockname()[1], 1.0)
-            _, writer = await asyncio.open_connection(sock=sock)
-            set_keepalive(writer, 1.5)
-            limit = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
-            writer.close()
-        return took, limit
+                _, writer = await task
+                writer.transport.abort()
+            except asyncio.CancelledError:
+                pass
+        for _ in range(100):  # closes finish on the loop's next turns
+            if len(os.listdir("/proc/self/fd")) <= fds:
+                break
+            await asyncio.sleep(0.02)
+        seen["descriptors left over"] = len(os.listdir("/proc/self/fd")) - fds
+    finally:
+        listener.close()
+    return seen
 
-    took, limit = asyncio.run(run())
-    assert 0.25 < took < 0.9, took
-    assert limit == 1500
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_dial_ends_within_its_limits_owns_nothing_it_leaves_and_sets_the_unacked_limit(
+    config: StreamConfig, loop: str
+) -> None:
+    """A dial fails within its TCP limit where no SYN is answered and within its
+    handshake limit where no TLS is, closing its socket; one that connects names its
+    peer and carries the unacknowledged-bytes limit asked for; dials cancelled at any
+    step leave no descriptor behind."""
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        seen = runner.run(_dials(config))
+    assert 0.25 < float(seen.pop("no SYN answered, s")) < 0.9, seen  # type: ignore[arg-type]
+    assert 0.25 < float(seen.pop("no TLS answered, s")) < 0.9, seen  # type: ignore[arg-type]
+    assert seen == {
+        "closed after the handshake timed out": True,
+        "peer": "rt-1",
+        "unacked limit, ms": 1500,
+        "echo": b"hello",
+        "descriptors left over": 0,
+    }

@@ -22,7 +22,7 @@ from rt_appliance.limits import (
     RAFT_DIAL_BACKOFF_MAX_S,
     RAFT_SEND_BUFFER_BYTES,
 )
-from rt_appliance.transport.listen import dial_tcp, set_keepalive
+from rt_appliance.transport.listen import dial_tls, set_keepalive
 from rt_appliance.transport.tls import peer_name
 
 if TYPE_CHECKING:
@@ -103,15 +103,9 @@ class Peer:
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         unacked_s = self.transport.link.unacked_s
-        async with asyncio.timeout(RAFT_CONNECT_TIMEOUT_S):
-            sock = await dial_tcp(*self.address, unacked_s)
-            try:
-                reader, writer = await asyncio.open_connection(
-                    sock=sock, ssl=self.transport.client_ctx, server_hostname=self.address[0]
-                )
-            except BaseException:
-                sock.close()
-                raise
+        reader, writer = await dial_tls(
+            *self.address, self.transport.client_ctx, unacked_s, RAFT_CONNECT_TIMEOUT_S
+        )
         try:
             set_keepalive(writer, unacked_s)
             name = peer_name(writer.get_extra_info("ssl_object"))

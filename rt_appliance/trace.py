@@ -23,6 +23,9 @@ reported    ``<node>/<input>``            extent reported by a follower (leader 
 planned     ``<input>``                   end of a range planned (leader)
 proposed    ``<input>``                   end of a range handed to raft (leader)
 jsynced     ``<node>``                    raft index the journal is synced through
+entries     ``<node>``                    last raft index of an append received (follower)
+answer      ``<node>``                    raft index the follower ``<node>`` acknowledged,
+                                          as its answer reached the leader
 commit      ``<node>``                    raft commit index, as this node knows it
 applied     ``<node>``                    raft index, input, range end, merged seq
 merged      ``<node>``                    merged seq, merged position after it

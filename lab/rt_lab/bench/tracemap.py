@@ -25,7 +25,7 @@ __all__ = ["STEPS", "SUBSCRIBING_APP", "Message", "Trace", "step_times", "summar
 SUBSCRIBING_APP = "subscriber-app"  # the trace file name of the subscribing application
 NODE_PREFIX = "node-"  # the trace file name of an rt node process, before its node's name
 NODE_ROLES = ("push-server", "sequencer", "pull-server")  # what an rt node process runs
-# (step, what it means), in path order; the 15 steps of a message
+# (step, what it means), in path order; the 17 steps of a message
 STEPS: tuple[tuple[str, str], ...] = (
     ("published", "the publishing application wrote it (its record timestamp)"),
     ("sent", "the push client sent it to a majority of nodes"),
@@ -35,7 +35,9 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("planned", "the leader planned the range"),
     ("proposed", "handed to raft"),
     ("journal leader", "the leader's raft journal synced the entry"),
+    ("entries follower", "a follower received the entry"),
     ("journal follower", "a follower's raft journal synced it"),
+    ("answered", "the leader has the follower's answer"),
     ("committed", "the leader's commit index covers it"),
     ("applied", "applied to the leader's state machine"),
     ("merged", "in the leader's merged log"),
@@ -177,9 +179,14 @@ def step_times(
         return {name: out.get(name) for name, _ in STEPS}
     index, seq = applied.indexes[i], applied.seqs[i]
     out["journal leader"] = trace.reached(seq_proc, "jsynced", leader, index)
-    out["journal follower"] = _kth(
-        [trace.reached(f"sequencer-{n}", "jsynced", n, index) for n in followers], 1
+    # the followers that make a majority with the leader: the k-1th to do each step
+    out["entries follower"] = _kth(
+        [trace.reached(f"sequencer-{n}", "entries", n, index) for n in followers], k - 1
     )
+    out["journal follower"] = _kth(
+        [trace.reached(f"sequencer-{n}", "jsynced", n, index) for n in followers], k - 1
+    )
+    out["answered"] = _kth([trace.reached(seq_proc, "answer", n, index) for n in followers], k - 1)
     out["committed"] = trace.reached(seq_proc, "commit", leader, index)
     out["applied"] = applied.times[i]
     merged = trace.merged.get(seq_proc)

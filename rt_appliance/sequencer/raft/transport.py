@@ -331,6 +331,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
             peer = self._peers.get(node)
             if peer is not None and message.get("type") == "next_node_idx":
                 peer.answered(bool(message.get("success")))
+            if trace.enabled():
+                _trace_round(self.link.name, name, message)
             try:
                 self.deliver(node, message)
             except Exception as exc:  # well-formed pickle, but not a message raft can take
@@ -363,6 +365,16 @@ class TlsTransport(Transport):  # type: ignore[misc]
         said = features if isinstance(features, list) else []
         self.peer_features[name] = frozenset(f for f in said if isinstance(f, str))
         return True
+
+
+def _trace_round(own: str, sender: str, message: dict[str, Any]) -> None:
+    """Raft's round, as traced (:mod:`rt_appliance.trace`): the entries a follower
+    received, and each follower's answer as it reached the leader."""
+    kind = message.get("type")
+    if kind == "append_entries" and message.get("entries") and "prevLogIdx" in message:
+        trace.event("entries", own, int(message["prevLogIdx"]) + len(message["entries"]))
+    elif kind == "next_node_idx" and message.get("success") is True:
+        trace.event("answer", sender, int(message["next_node_idx"]) - 1)
 
 
 def _frame(message: dict[str, Any]) -> bytes:

@@ -47,6 +47,8 @@ def _events() -> list[tuple[str, list[str]]]:
             (8, "planned", INPUT, 500),
             (9, "proposed", INPUT, 500),
             (10, "jsynced", "rt-1", 41),
+            (12, "answer", "rt-2", 41),
+            (31, "answer", "rt-3", 41),
             (12, "commit", "rt-1", 41),
             (13, "apply", "rt-1", 40),  # the batch before: index 40, seq 7
             (13, "applied", INPUT, (300, 7)),
@@ -56,8 +58,8 @@ def _events() -> list[tuple[str, list[str]]]:
             (15, "merged", "-", (8, 2000)),
         ),
     )
-    t.add_lines("sequencer-rt-2", _lines((11, "jsynced", "rt-2", 41)))
-    t.add_lines("sequencer-rt-3", _lines((30, "jsynced", "rt-3", 41)))
+    t.add_lines("sequencer-rt-2", _lines((10, "entries", "rt-2", 41), (11, "jsynced", "rt-2", 41)))
+    t.add_lines("sequencer-rt-3", _lines((25, "entries", "rt-3", 41), (30, "jsynced", "rt-3", 41)))
     t.add_lines(
         "pull-server-rt-2",
         _lines((16, "pulled", "rt-2/sub-1", 1000), (17, "pulled", "rt-2/sub-1", 2000)),
@@ -98,7 +100,9 @@ def test_every_step_of_a_message_is_found_by_its_position() -> None:
         "planned": 8,
         "proposed": 9,
         "journal leader": 10,
-        "journal follower": 11,  # the first follower: with the leader, a majority
+        "entries follower": 10,  # the first follower: with the leader, a majority
+        "journal follower": 11,
+        "answered": 12,  # rt-2's answer, not rt-3's
         "committed": 12,
         "applied": 13,
         "merged": 15,  # seq 8, not the batch before

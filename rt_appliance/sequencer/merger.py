@@ -141,9 +141,7 @@ class Merger:
         self.mismatches = 0
         self.pruned_files = 0
         self._stop = threading.Event()
-        # the merged log's appends and syncs (reentrant: merge_carried holds it around the
-        # appends it makes, so that it never waits on the loop for a sync in progress)
-        self._write_lock = threading.RLock()
+        self._write_lock = threading.Lock()
         # held while an instruction is carried out: by the thread, or by the event loop
         # for a carried merge (merge_carried), never by both at once
         self._turn = threading.Lock()
@@ -268,12 +266,9 @@ class Merger:
         thread is carrying out nothing else and no more than ``INLINE_MERGES_MAX`` wait:
         the record is written with no hand-off to the merger's thread and back. Returns
         how many; anything else (a merge that reads input, a backlog, a merge whose bytes
-        do not build the committed record, any error, a sync of the merged log under way)
-        is left to the merger's thread, which retries and reports as it always does."""
+        do not build the committed record, any error) is left to the merger's thread,
+        which retries and reports as it always does."""
         if self.halted or self._stop.is_set() or not self._turn.acquire(blocking=False):
-            return 0
-        if not self._write_lock.acquire(blocking=False):  # the thread is syncing the log
-            self._turn.release()
             return 0
         done = 0
         try:
@@ -298,7 +293,6 @@ class Merger:
                 self.machine.done(item)
                 done += 1
         finally:
-            self._write_lock.release()
             self._turn.release()
         if done:
             self.merged_inline += done

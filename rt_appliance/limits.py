@@ -148,10 +148,6 @@ INLINE_PLAN_BYTES = 64 << 10
 # message in its entry and waits for no report; under a backlog the reports run ahead of
 # the plan and the ranges carry nothing, so raft does not carry the bulk of the input too.
 CARRY_MAX_BYTES = 64 << 10
-# A carried merge applied while the merger is idle is written by the thread that applied
-# it (the event loop), at most this many a turn and only while no more are queued: a
-# backlog (a restart replaying its journal) is the merger thread's.
-INLINE_MERGES_MAX = 16
 # How often an idle pull connection checks that its node's sequencer is alive, and how
 # long a refused client is given to read the ERROR that says why before the close.
 STALE_CHECK_S, REFUSAL_DRAIN_S = 1.0, 1.0

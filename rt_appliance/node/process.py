@@ -16,9 +16,7 @@ the event loop          the push server (connections, replicas), the pull
                         control channel, reporter, planner loop, archiver
                         and observer
 the merger thread       the merged log's writes and syncs (it wakes the pull
-                        server after each write, before the sync); a carried
-                        merge applied while it idles is written by the loop,
-                        holding the merger's turn: one writer at a time
+                        server after each write, before the sync)
 offload threads         the push server's syncs and raft's journal syncs
                         (transport/offload.py); they own nothing between
                         calls

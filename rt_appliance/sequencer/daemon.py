@@ -146,13 +146,6 @@ class _Metrics:
                 registry=r,
             )
         )
-        self.merged_inline = _Total(
-            Counter(
-                "rt_sequencer_merged_inline",
-                "Carried merges written by the event loop that applied them (the merger idle)",
-                registry=r,
-            )
-        )
         self.repaired_inputs = _Total(
             Counter(
                 "rt_sequencer_repaired_inputs",
@@ -303,8 +296,6 @@ class Sequencer:
             fetcher=self.fetcher,
         )
         self.machine.listeners.append(self.wake)
-        self.machine.listeners.append(self._merge_soon)
-        self._merge_scheduled = False
         self.raft.on_settled = self.wake  # a new leader plans once its log is applied
         # the observer runs once a second, and at once when the leader changes or a
         # write fails (a leader that cannot write steps down without waiting for it)
@@ -337,20 +328,6 @@ class Sequencer:
         """Wake the planner, from any thread (on the loop itself without the self-pipe:
         raft applies and answers proposals there, thousands of times a second)."""
         self._set(self._wake)
-
-    def _merge_soon(self) -> None:
-        """Raft applied an entry: once its tick is over, carry out the carried merges on
-        this loop (:meth:`Merger.merge_carried`), not after a hand-off to the merger's
-        thread and another back to the pull server's connections."""
-        loop = self._loop
-        if self._merge_scheduled or loop is None or threading.get_ident() != self._loop_thread:
-            return
-        self._merge_scheduled = True
-        loop.call_soon(self._merge_carried)
-
-    def _merge_carried(self) -> None:
-        self._merge_scheduled = False
-        self.merger.merge_carried()
 
     def _observe_soon(self) -> None:
         """Run the observer now rather than at its next second, from any thread."""
@@ -671,7 +648,6 @@ class Sequencer:
             m.fetched.follow(self.merger.fetched_inputs)
             m.planned_from_peers.follow(self.planner.from_peers)
             m.carried.follow(self.planner.carried)
-            m.merged_inline.follow(self.merger.merged_inline)
             m.repaired_inputs.follow(self.merger.repaired_inputs)
             m.copied.follow(self.merger.copied_records)
             m.scrub_damaged.follow(self.merger.scrubber.damaged)
@@ -830,7 +806,6 @@ class Sequencer:
             "fetched_inputs": self.merger.fetched_inputs,
             "planned_from_peers": self.planner.from_peers,
             "carried": self.planner.carried,
-            "merged_inline": self.merger.merged_inline,
             "repaired_inputs": self.merger.repaired_inputs,
             "copied_records": self.merger.copied_records,
             "scrub": {

@@ -29,7 +29,6 @@ from rt_appliance.errors import RTError
 from rt_appliance.limits import (
     FETCH_BYTES,
     FETCH_PEER_PENALTY_S,
-    INLINE_MERGES_MAX,
     INPUT_POLL_S,
     MERGED_SYNC_EVERY_S,
     MERGER_IDLE_WAIT_S,
@@ -142,10 +141,6 @@ class Merger:
         self.pruned_files = 0
         self._stop = threading.Event()
         self._write_lock = threading.Lock()
-        # held while an instruction is carried out: by the thread, or by the event loop
-        # for a carried merge (merge_carried), never by both at once
-        self._turn = threading.Lock()
-        self.merged_inline = 0  # carried merges written by the thread that applied them
         self._thread = threading.Thread(target=self._run, name="merger", daemon=True)
         self._history_below = _last_recorded_prune(history)
         self._synced_at = time.monotonic()  # the merged log's last sync (_sync_in)
@@ -200,8 +195,7 @@ class Merger:
     def _merge_until_stopped(self) -> None:
         while not self._stop.is_set():
             if self.scrubber.due():
-                with self._turn:
-                    self._scrub()
+                self._scrub()
             with self.machine.cond:
                 sync_in = self._sync_in()
                 idle = not self.machine.pending and self.machine.state.seq <= self.merged.seq
@@ -214,92 +208,37 @@ class Merger:
             if sync_in == 0.0:
                 self.sync()
                 continue
-            with self._turn:
-                with self.machine.cond:
-                    item = self.machine.pending[0] if self.machine.pending else None
-                    target = self.machine.state.seq
-                if item is None and target <= self.merged.seq:
-                    continue  # the event loop carried it out meanwhile (merge_carried)
-                error = self._try(item, target)
-            if error is not None:
+            with self.machine.cond:
+                item = self.machine.pending[0] if self.machine.pending else None
+                target = self.machine.state.seq
+            try:
+                if item is None:  # a snapshot left no instructions for the rest: copy it
+                    self._copy_stretch(target)
+                else:
+                    self._carry_out(item)
+            except Exception as exc:
                 if self._stop.is_set():
-                    log.info("merger: stopped mid-instruction (%s)", error)
+                    log.info("merger: stopped mid-instruction (%s)", exc)
                     return
-                self._failed(item, target, error)
+                if not isinstance(exc, (RTError, OSError, ValueError)):
+                    log.exception("merger: unexpected error")
+                what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
+                self.halted = f"seq {what}: {exc}"
+                if is_write_failure(exc):
+                    self.on_write_failure(str(exc))
+                log.error("merger: %s; retrying in %.0f s", self.halted, MERGER_RETRY_S)
+                if isinstance(exc, FileChangedError):
+                    self._scrub_newest()
                 self._stop.wait(MERGER_RETRY_S)
                 continue
+            self.halted = ""
+            self._written = True
+            if item is not None:
+                self.machine.done(item)
             # the pull server may send what was written before it is synced: every record
             # is a committed instruction's, so a node that loses it to a crash writes the
             # same bytes again from its raft journal (or snapshot) and its inputs
             self.on_progress()
-
-    def _try(self, item: Committed | None, target: int) -> Exception | None:
-        """Carry out ``item`` (None: copy merged records up to seq ``target``), holding
-        the turn; the error that stopped it, if one did."""
-        try:
-            if item is None:  # a snapshot left no instructions for the rest: copy it
-                self._copy_stretch(target)
-            else:
-                self._carry_out(item)
-        except Exception as exc:
-            return exc
-        self.halted = ""
-        self._written = True
-        if item is not None:
-            self.machine.done(item)
-        return None
-
-    def _failed(self, item: Committed | None, target: int, exc: Exception) -> None:
-        if not isinstance(exc, (RTError, OSError, ValueError)):
-            log.error("merger: unexpected error", exc_info=exc)
-        what = getattr(item.instruction, "seq", "-") if item else f"copy to {target}"
-        self.halted = f"seq {what}: {exc}"
-        if is_write_failure(exc):
-            self.on_write_failure(str(exc))
-        log.error("merger: %s; retrying in %.0f s", self.halted, MERGER_RETRY_S)
-        if isinstance(exc, FileChangedError):
-            self._scrub_newest()
-
-    def merge_carried(self) -> int:
-        """Carry out, on the calling thread (the event loop that applied them), the
-        merges at the head of the queue whose entries carry their bytes, if the merger
-        thread is carrying out nothing else and no more than ``INLINE_MERGES_MAX`` wait:
-        the record is written with no hand-off to the merger's thread and back. Returns
-        how many; anything else (a merge that reads input, a backlog, a merge whose bytes
-        do not build the committed record, any error) is left to the merger's thread,
-        which retries and reports as it always does."""
-        if self.halted or self._stop.is_set() or not self._turn.acquire(blocking=False):
-            return 0
-        done = 0
-        try:
-            while done < INLINE_MERGES_MAX:
-                with self.machine.cond:
-                    pending = self.machine.pending
-                    if not pending or len(pending) > INLINE_MERGES_MAX:
-                        break
-                    item = pending[0]
-                ins = item.instruction
-                if not isinstance(ins, Merge) or ins.data is None or ins.seq != self.merged.seq + 1:
-                    break
-                record = _rebuild(ins, ins.data, item.watermark_before)
-                if not _matches(record, ins):
-                    break  # the thread builds it from other sources, and says why
-                try:
-                    self._check_own_copy(ins, ins.data)
-                    self._write(item, ins, record)
-                except Exception:  # the thread carries it out again, and reports
-                    break
-                self._written = True
-                self.machine.done(item)
-                done += 1
-        finally:
-            self._turn.release()
-        if done:
-            self.merged_inline += done
-            with self.machine.cond:  # the thread reckons the next sync from these writes
-                self.machine.cond.notify_all()
-            self.on_progress()
-        return done
 
     def _carry_out(self, item: Committed) -> None:
         ins = item.instruction
@@ -340,10 +279,7 @@ class Merger:
                     log.warning("merger: bulk copy stopped (%s); record by record", exc)
                 if self.merged.seq >= ins.seq:
                     return
-        self._write(item, ins, self._build(ins, item.watermark_before, local))
-
-    def _write(self, item: Committed, ins: Merge, record: bytes) -> None:
-        """Append the merged record of ``ins`` (built and checked against the commit)."""
+        record = self._build(ins, item.watermark_before, local)
         header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
         with self._write_lock:
             self.merged.append(ins.position, record, header)

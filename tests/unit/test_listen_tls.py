@@ -186,11 +186,9 @@ async def _dials(config: StreamConfig) -> dict[str, object]:
             for _ in range(i % 6):
                 await asyncio.sleep(0)
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):  # or it connected first
                 _, writer = await task
                 writer.transport.abort()
-            except asyncio.CancelledError:
-                pass
         for _ in range(100):  # closes finish on the loop's next turns
             if len(os.listdir("/proc/self/fd")) <= fds:
                 break

@@ -1,4 +1,4 @@
-"""Accepting and tuning TCP connections that carry mutual TLS.
+"""Accepting, dialling and tuning TCP connections that carry mutual TLS.
 
 A server accepts plain TCP sockets itself and runs each connection's TLS handshake in
 that connection's own task (``loop.connect_accepted_socket(..., ssl=...)``), so a

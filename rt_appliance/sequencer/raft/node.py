@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,7 +104,27 @@ class _Replicated(SyncObj):  # type: ignore[misc]
     def __init__(self, machine: StateMachine, link: Link, **kwargs: Any) -> None:
         self._machine, self._link = machine, link
         self.apply_errors = 0
+        self.before_apply: Callable[[], None] | None = None  # there is something to apply
+        self.apply_limit: Callable[[], int | None] | None = None  # apply no further now
         super().__init__(**kwargs)
+
+    def _SyncObj__applyLogEntries(self) -> bool:
+        """pysyncobj's apply step, after :attr:`before_apply` when there is something to
+        apply, and only as far as :attr:`apply_limit` allows this tick."""
+        commit: int = getattr(self, "_SyncObj__raftCommitIndex")  # noqa: B009 (mypy: unknown)
+        applied: int = self._SyncObj__raftLastApplied
+        if commit <= applied:
+            return bool(SyncObj._SyncObj__applyLogEntries(self))
+        if self.before_apply is not None:
+            self.before_apply()
+        limit = self.apply_limit() if self.apply_limit is not None else None
+        if limit is None or limit >= commit:
+            return bool(SyncObj._SyncObj__applyLogEntries(self))
+        setattr(self, "_SyncObj__raftCommitIndex", max(limit, applied))  # noqa: B010
+        try:
+            return bool(SyncObj._SyncObj__applyLogEntries(self))
+        finally:
+            setattr(self, "_SyncObj__raftCommitIndex", commit)  # noqa: B010
 
     @replicated  # type: ignore[untyped-decorator]
     def apply(self, command: bytes) -> bool:
@@ -152,6 +173,8 @@ class RaftNode:
             transportClass=transport,
         )
         self._transport = made[0]
+        self._obj.before_apply = self._news_before_apply
+        self._obj.apply_limit = self._synced_so_far
         seq = config.sequencer
         self.prevote = PreVote(
             self._obj,
@@ -170,8 +193,11 @@ class RaftNode:
             patches.check("ResizableFile", journal_file._FileJournal__journalFile)
         UNDECODABLE[0] = (self._obj._methodToID[self._obj._getFuncName("apply")], (b"",))
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
         self._tick_pending = False
-        self._news_sent = (0, 0, -1)  # (last index, commit index, term) last sent (leader)
+        self._in_tick = False
+        # (last index, commit index as sent, term) last sent (leader)
+        self._news_sent = (0, 0, -1)
         self._tick_failures = 0
         self._commit_seen = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -202,6 +228,7 @@ class RaftNode:
         every ``RAFT_TICK_S`` (election and heartbeat timers). Nothing is sent or applied
         before it runs."""
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._link.kick = self._kick
         # pysyncobj's first timeout ran from its construction, long before raft ran; it
         # runs from now instead, and is short (pre-vote keeps a leader that is there)
@@ -243,7 +270,19 @@ class RaftNode:
         """A tick as soon as the loop is free (on the loop's thread)."""
         if not self._tick_pending and self._loop is not None:
             self._tick_pending = True
-            self._loop.call_soon(self._tick)
+            self._loop.call_soon(self._kicked)
+
+    def _kicked(self) -> None:
+        if self._tick_pending:  # else a tick ran since the kick (:meth:`tick_now`)
+            self._tick()
+
+    def tick_now(self) -> None:
+        """Tick at once (on the loop's thread): proposals just made leave for the
+        followers now, not after whatever else the loop has queued meanwhile."""
+        if self._loop is None or self._in_tick:
+            self._kick()
+        else:
+            self._tick()
 
     def _intercept(self, node: Node, message: dict[str, Any]) -> bool:
         """Raft's messages before pysyncobj sees them: True for one handled here."""
@@ -251,6 +290,7 @@ class RaftNode:
 
     def _tick(self) -> None:
         self._tick_pending = False
+        self._in_tick = True
         try:
             held = self._unfit is not None or not self.joining.may_stand
             if held and not self._obj._isLeader():
@@ -272,6 +312,7 @@ class RaftNode:
                 log.exception("raft: a tick failed (%d so far); ticking on", self._tick_failures)
                 self._next_failure_log = time.monotonic() + RAFT_TICK_FAILURE_LOG_EVERY_S
         finally:
+            self._in_tick = False
             self._arm_timer()
 
     def _tick_a_batch(self) -> None:
@@ -335,10 +376,36 @@ class RaftNode:
         if not obj._isLeader():
             self._news_sent = (0, 0, -1)
             return
-        news = (obj._SyncObj__getCurrentLogIndex(), obj._SyncObj__raftCommitIndex, self.term())
+        commit = obj._SyncObj__raftCommitIndex
+        journal = self._link.journal()
+        if journal is not None and journal.dirty:  # as the transport caps it (synced only)
+            commit = min(commit, journal.synced_index)
+        news = (obj._SyncObj__getCurrentLogIndex(), commit, self.term())
         if news != self._news_sent:
             self._news_sent = news
             obj._SyncObj__sendAppendEntries()
+
+    def _synced_so_far(self) -> int | None:
+        """How far a tick may apply: while a journal sync runs, what the syncs covered so
+        far; the entries past it are applied in the tick its end kicks, not synced once
+        more on this loop (:meth:`_Replicated.apply` would, holding raft's loop up for a
+        sync a worker thread is doing already). None: no limit."""
+        journal = self._link.journal()
+        if self._loop is None or journal is None or not journal.dirty:
+            return None  # not run by a loop (tests tick by hand): apply syncs itself
+        if not self._transport.sync_soon(journal):
+            return None
+        return journal.synced_index
+
+    def _news_before_apply(self) -> None:
+        """A leader whose commit index just moved tells its followers before it applies
+        (with any proposal waiting, in the same message): they apply, and their
+        subscribers read, alongside the leader rather than after its merge. Nothing is
+        sent that its own journal's syncs do not cover (:meth:`_send_news`)."""
+        obj = self._obj
+        if obj._isLeader():
+            obj._checkCommandsToApply()
+            self._send_news()
 
     def _release_commit(self, held_at: int, commit: int) -> None:
         """Give back the commit index a batch tick held at ``held_at``: ``commit``, or
@@ -497,7 +564,9 @@ class RaftNode:
 
         self._obj.apply(command, callback=callback)
         loop = self._loop
-        if loop is not None:
+        if loop is not None and threading.get_ident() == self._loop_thread:
+            self._kick()  # no wake through the self-pipe from the loop's own thread
+        elif loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closing: no tick to come
                 loop.call_soon_threadsafe(self._kick)
 

@@ -156,6 +156,12 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._sync_soon(journal)
         return True
 
+    def sync_soon(self, journal: SyncedJournal) -> bool:
+        """Start a sync of the journal in a worker thread, unless one is running; whether
+        one runs now (its end kicks a tick if committed entries wait to be applied)."""
+        self._sync_soon(journal)
+        return self._syncing
+
     def _sync_soon(self, journal: SyncedJournal) -> None:
         """Start a sync of the journal in a worker thread, unless one is running."""
         if self._syncing or self._closing or self.link.failure is not None:
@@ -187,6 +193,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
             peer.send(frame)
         if self._held or journal.dirty:  # a leader's entries sent meanwhile wait for none
             self._sync_soon(journal)
+        obj = self._sync_obj
+        if obj._SyncObj__raftCommitIndex > obj._SyncObj__raftLastApplied:
+            self.link.kick()  # committed entries waited for this sync to be applied
 
     def destroy(self) -> None:
         self._closing = True

@@ -207,6 +207,10 @@ HAND_OVER_POLL_S = 0.05
 # and open the window; one per report cost a write and a wake on both sides for every
 # message.
 REPORT_WINDOW, REPORT_ASK_S = 32, 0.25
+# While the leader carries the input in its raft entries, a follower's report is not what
+# a merge waits for: its change is reported REPORT_DEFER_S later (with any change meanwhile),
+# after raft's round for the same bytes rather than in the middle of it, on both nodes.
+REPORT_DEFER_S = 0.01
 STATUS_ANSWER_S = 5.0
 
 # The planner's wait when nothing wakes it: only a safety net, every change wakes it.

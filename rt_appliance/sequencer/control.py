@@ -183,9 +183,11 @@ class Reporter:
         report: Callable[[], dict[str, Any]],
         changed: asyncio.Event,
         cheap: Callable[[], bool] = lambda: False,
+        defer: Callable[[], float] = lambda: 0.0,
     ) -> None:
         """``cheap()``: whether ``report()`` may run on the loop now (no file to read);
-        otherwise it runs in a worker thread."""
+        otherwise it runs in a worker thread. ``defer()``: how long a change waits before
+        it is reported (0: at once)."""
         self.config, self.name, self.leader, self.report, self.changed = (
             config,
             node_name,
@@ -193,7 +195,7 @@ class Reporter:
             report,
             changed,
         )
-        self.cheap = cheap
+        self.cheap, self.defer = cheap, defer
         self._context = client_context(config.tls, node_name)
         self.sent = 0
 
@@ -247,6 +249,7 @@ class Reporter:
         reader = asyncio.create_task(self._read_answers(conn, answers))
         loop = asyncio.get_running_loop()
         last_sent = last_asked = -interval
+        deferred = False  # the change waiting now has been deferred once
         try:
             while True:
                 if reader.done():
@@ -261,6 +264,12 @@ class Reporter:
                     await _until(answers.opened, LEADER_CHECK_S)
                     continue
                 if self.changed.is_set() or now - last_sent >= interval:
+                    delay = self.defer() if self.changed.is_set() and not deferred else 0.0
+                    if delay > 0:
+                        deferred = True  # later changes join this report
+                        await asyncio.sleep(delay)
+                        continue  # the checks above again (the leader may have moved)
+                    deferred = False
                     self.changed.clear()
                     fields = self.report() if self.cheap() else await asyncio.to_thread(self.report)
                     ask = not answers.asked and (

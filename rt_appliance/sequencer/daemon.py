@@ -61,6 +61,7 @@ from rt_appliance.limits import (
     OBSERVE_EVERY_S,
     PLAN_IDLE_S,
     PRUNE_COMMIT_WAIT_S,
+    REPORT_DEFER_S,
     SLOW_STOP_STEP_S,
 )
 from rt_appliance.position import Position
@@ -377,6 +378,7 @@ class Sequencer:
             self._report_fields,
             self._inputs_changed,
             self._report_cheap,
+            self._report_defer,
         )
         tasks = [
             asyncio.create_task(self.raft.run(), name="raft"),
@@ -502,6 +504,14 @@ class Sequencer:
         self._fresh = self._holds_fresh(time.monotonic())
         return self._fresh
 
+    def _report_defer(self) -> float:
+        """How long a follower's changed extents wait before they are reported: while the
+        leader carries the input in its entries (the last merge applied did), the merges
+        do not wait for reports, and one made now would run in the middle of raft's round
+        for the same bytes, on this node and the leader; at once otherwise (a backlog, an
+        input's next file, a leader lacking its own copy plan from the reports)."""
+        return REPORT_DEFER_S if self.machine.last_carried else 0.0
+
     def _holds_fresh(self, now: float) -> bool:
         """Whether the holds read last still stand: read this report interval, and their
         directory unchanged since (one stat)."""
@@ -530,6 +540,8 @@ class Sequencer:
                 continue  # an unfit leader plans nothing: its followers catch up, one leads
             if inline:
                 made = self.planner.step(INLINE_PLAN_BYTES)
+                if made:
+                    self.raft.tick_now()  # the entries leave now, not after the loop's queue
                 if self.planner.cut_short or self.planner.wants_fetch:
                     inline = False
                     self._wake.set()  # the rest in a worker thread, at once

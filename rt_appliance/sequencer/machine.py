@@ -49,6 +49,7 @@ class SequencerMachine:
         self.unsynced: collections.deque[Committed] = collections.deque()
         self.restored: tuple[int, str] | None = None  # (seq, digest) of a restored snapshot
         self.listeners: list[Callable[[], None]] = []
+        self.last_carried = False  # whether the last merge applied carried its input
 
     def apply(self, command: bytes) -> bool:
         with self.cond:
@@ -62,6 +63,7 @@ class SequencerMachine:
                 return True
             self.pending.append(Committed(applied, command, before, self.state.digest))
             if isinstance(applied, Merge):
+                self.last_carried = applied.data is not None
                 trace.event("applied", applied.dir, applied.end, applied.seq)
             self.cond.notify_all()
         for listener in self.listeners:

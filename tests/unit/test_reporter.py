@@ -95,6 +95,48 @@ def test_reports_leave_without_waiting_for_answers_up_to_the_window(tmp_path: Pa
     asyncio.run(scenario())
 
 
+def test_a_deferred_change_is_reported_once_after_the_delay_with_later_changes(
+    tmp_path: Path,
+) -> None:
+    """While the leader carries the input (``defer()`` > 0), a change waits that long, and
+    the changes made meanwhile go out in the same report; with ``defer()`` 0 again, a
+    change leaves at once."""
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    extents = {"trades.pub-1": 0}
+    delay = [0.2]
+    reporter = Reporter(
+        config,
+        "rt-3",
+        lambda: "rt-2",
+        lambda: {"extents": dict(extents)},
+        asyncio.Event(),
+        defer=lambda: delay[0],
+    )
+    peer = _Leader()
+
+    async def scenario() -> None:
+        session = asyncio.ensure_future(reporter._session(peer, "rt-2", 10.0))  # type: ignore[arg-type]
+        await _until(lambda: len(peer.reports) == 1)  # the first, at once (not a change)
+        began = time.monotonic()
+        for _ in range(3):
+            extents["trades.pub-1"] += 1
+            reporter.changed.set()
+            await asyncio.sleep(0.02)
+        assert len(peer.reports) == 1  # deferred
+        await _until(lambda: len(peer.reports) == 2)
+        assert time.monotonic() - began >= 0.2 * 0.9
+        assert peer.reports[-1]["extents"]["trades.pub-1"] == 3  # all three, in one
+        await asyncio.sleep(0.25)
+        assert len(peer.reports) == 2
+        delay[0] = 0.0
+        began = time.monotonic()
+        await _change(reporter, peer, extents)
+        assert time.monotonic() - began < 0.2
+        session.cancel()
+
+    asyncio.run(scenario())
+
+
 def test_a_report_asks_for_an_answer_only_now_and_then(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -327,6 +327,10 @@ class PushClient:
                         self.metrics.records_of(node, d).inc(chunk.records)
                         series.chunks.inc()
                         sent_any = True
+                if sent_any:
+                    # One write wakes every node's sender: let the others send it too
+                    # before this one looks for more, so a majority has it sooner.
+                    await asyncio.sleep(0)
                 if time.monotonic() >= next_lag_update:
                     self._update_lag(node)
                     next_lag_update = time.monotonic() + LAG_UPDATE_S

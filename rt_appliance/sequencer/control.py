@@ -249,7 +249,8 @@ class Reporter:
         reader = asyncio.create_task(self._read_answers(conn, answers))
         loop = asyncio.get_running_loop()
         last_sent = last_asked = -interval
-        deferred = False  # the change waiting now has been deferred once
+        deferred = True  # the change waiting now has been deferred once (the first report
+        # of a session, to a leader that may have just taken over, leaves at once)
         try:
             while True:
                 if reader.done():

@@ -541,7 +541,7 @@ class Sequencer:
             if inline:
                 made = self.planner.step(INLINE_PLAN_BYTES)
                 if made:
-                    self.raft.tick_now()  # the entries leave now, not after the loop's queue
+                    self.raft.send_proposals()  # the entries leave now, not after the loop's queue
                 if self.planner.cut_short or self.planner.wants_fetch:
                     inline = False
                     self._wake.set()  # the rest in a worker thread, at once

@@ -100,9 +100,11 @@ def test_commit_news_leaves_before_the_leader_applies(
     assert not loop_syncs, f"journals synced on raft's loop to apply: {len(loop_syncs)}"
 
 
-def test_a_proposal_leaves_within_tick_now(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The planner ticks raft as soon as it proposed (``RaftNode.tick_now``): the entries
-    are on their way to the followers before the loop runs anything else."""
+def test_a_proposal_leaves_as_soon_as_it_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner has raft send what it proposed at once (``RaftNode.send_proposals``):
+    the entries are on their way to the followers before the loop runs anything else."""
     _config, machines, nodes = raft_cluster(tmp_path)
     sent: list[tuple[str, int]] = []  # (to, entries)
     watching: list[bool] = []
@@ -121,7 +123,7 @@ def test_a_proposal_leaves_within_tick_now(tmp_path: Path, monkeypatch: pytest.M
         followers.extend(sorted(n for n in nodes if n != leader.name))
         watching.append(True)
         leader.propose(b'{"t":"prune","below":1,"reason":"x","ts":1}', lambda ok, why: None)
-        leader.tick_now()
+        leader.send_proposals()
         at_once.append(list(sent))  # no await since the proposal
         while any(m.state.rejected + m.state.prunes < 1 for m in machines.values()):
             assert time.monotonic() < deadline, "the proposal was not applied everywhere"

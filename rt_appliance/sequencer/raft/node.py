@@ -273,16 +273,19 @@ class RaftNode:
             self._loop.call_soon(self._kicked)
 
     def _kicked(self) -> None:
-        if self._tick_pending:  # else a tick ran since the kick (:meth:`tick_now`)
+        if self._tick_pending:  # else a tick ran since the kick (raft's timer)
             self._tick()
 
-    def tick_now(self) -> None:
-        """Tick at once (on the loop's thread): proposals just made leave for the
-        followers now, not after whatever else the loop has queued meanwhile."""
-        if self._loop is None or self._in_tick:
-            self._kick()
-        else:
-            self._tick()
+    def send_proposals(self) -> None:
+        """Send the entries of proposals just made at once (on the loop's thread): they
+        leave for the followers now, not after whatever else the loop has queued
+        meanwhile. The rest of a tick (commit, apply, timers) follows as usual; only
+        pysyncobj's step that takes proposals into the log runs here."""
+        obj = self._obj
+        if self._loop is not None and not self._in_tick and obj._isLeader():
+            obj._checkCommandsToApply()
+            self._send_news()
+        self._kick()
 
     def _intercept(self, node: Node, message: dict[str, Any]) -> bool:
         """Raft's messages before pysyncobj sees them: True for one handled here."""

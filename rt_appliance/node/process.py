@@ -76,6 +76,7 @@ class Node:
             on_synced=self._input_synced,
             on_write_failure=self._input_unwritten,
             on_written=self._input_written,
+            later=self._input_later,
         )
         self.sequencer = Sequencer(config, name, 0, held=self.push.held, written=self.push.written)
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
@@ -90,6 +91,9 @@ class Node:
 
     def _input_written(self) -> None:
         self.sequencer.input_written()
+
+    def _input_later(self) -> bool:
+        return self.sequencer.input_later()
 
     def _input_unwritten(self, exc: BaseException) -> None:
         if is_write_failure(exc):  # a full disk, EIO: not a publisher's bad frame

@@ -33,6 +33,7 @@ from rt_appliance.limits import (
     FRAME_MARGIN_BYTES,
     LAG_UPDATE_S,
     PUSH_IDLE_WAIT_S,
+    PUSH_LATER_S,
     PUSH_WINDOW_FRAMES,
     SENDER_LOCK_RETRY_S,
 )
@@ -77,6 +78,7 @@ class PushClient:
         self._deleted_below: dict[str, tuple[int, int]] = {}  # dir -> oldest file key kept
         self.connected: set[str] = set()
         self._last_ack: dict[str, float] = {}
+        self._later: dict[str, bool] = {}  # node -> its last acknowledgement asked "later"
         self._verified: dict[str, dict[tuple[int, int], int]] = {}  # dir -> file -> checked to
         self.metrics = PushMetrics("client")
         self._context = client_context(config.tls, host_name)
@@ -337,7 +339,11 @@ class PushClient:
                 if window.full():
                     await window.wait_open(min(PUSH_IDLE_WAIT_S, timeout / 4))
                 elif not sent_any:
-                    await watcher.wait(min(PUSH_IDLE_WAIT_S, timeout / 4))
+                    woken = await watcher.wait(min(PUSH_IDLE_WAIT_S, timeout / 4))
+                    if woken and self._later.get(node):
+                        # no merge waits for this node's copy now: a new write goes to
+                        # it a little later, with what follows, after raft's round
+                        await asyncio.sleep(PUSH_LATER_S)
         finally:
             watcher.close()
 
@@ -362,6 +368,7 @@ class PushClient:
             if position > self.acked[node].get(d, Position.ZERO):
                 self._moved(node)
             self.acked[node][d] = position
+            self._later[node] = fields.get("later") is True
             window.acked()
             self._last_ack[node] = time.monotonic()
             self.metrics.of(node, d).acked_position.set(int(position))

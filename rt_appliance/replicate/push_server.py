@@ -46,13 +46,18 @@ class PushServer:
         on_synced: Callable[[], None] | None = None,
         on_write_failure: Callable[[BaseException], None] | None = None,
         on_written: Callable[[], None] | None = None,
+        later: Callable[[], bool] | None = None,
     ) -> None:
         """In the node process, on this loop: ``on_synced()`` after each sync,
         ``on_written()`` after each frame written (before its sync), and
-        ``on_write_failure(exc)`` when writing or syncing an input failed."""
+        ``on_write_failure(exc)`` when writing or syncing an input failed. ``later()``:
+        whether this node's copy is not what merges wait for now (a follower while the
+        leader carries the input): its acknowledgements then ask publishers to send it
+        their writes a little later, together (``"later": true``)."""
         self.config = config
         self._on_synced = on_synced
         self._on_written = on_written
+        self._later = later
         self._on_write_failure = on_write_failure
         self.node = config.node(node_name)
         self.in_dir = config.data_dir_of(self.node) / "in"
@@ -227,7 +232,10 @@ class PushServer:
                 if self._on_synced is not None:
                     self._on_synced()
                 self.metrics.of(self.node.name, name).acked_position.set(int(end))
-                await conn.send(FrameType.ACK, {"dir": name, "position": int(end)})
+                ack: dict[str, object] = {"dir": name, "position": int(end)}
+                if self._later is not None and self._later():
+                    ack["later"] = True
+                await conn.send(FrameType.ACK, ack)
 
     async def _offer(self, conn: Connection, name: str) -> ReplicaDir:
         parsed = parse_publisher_dir(name)

@@ -504,6 +504,12 @@ class Sequencer:
         self._fresh = self._holds_fresh(time.monotonic())
         return self._fresh
 
+    def input_later(self) -> bool:
+        """Whether publishers may send this node their writes a little later: a follower
+        while the leader carries the input in its entries (the last merge applied did),
+        when no merge waits for this node's copy."""
+        return self.machine.last_carried and not self.raft.is_leader()
+
     def _report_defer(self) -> float:
         """How long a follower's changed extents wait before they are reported: while the
         leader carries the input in its entries (the last merge applied did), the merges

@@ -253,6 +253,7 @@ class PushClient:
         return conn, name
 
     async def _stream(self, conn: Connection, node: str, stop: asyncio.Event) -> None:
+        self._later[node] = False  # until this connection's node says otherwise
         sources: dict[str, DirectorySource] = {}
         try:
             for d in list(self._sending):

@@ -281,11 +281,15 @@ class RaftNode:
         leave for the followers now, not after whatever else the loop has queued
         meanwhile. The rest of a tick (commit, apply, timers) follows as usual; only
         pysyncobj's step that takes proposals into the log runs here."""
-        obj = self._obj
-        if self._loop is not None and not self._in_tick and obj._isLeader():
-            obj._checkCommandsToApply()
-            self._send_news()
+        if self._loop is not None and not self._in_tick:
+            self._take_and_send()
         self._kick()
+
+    def _take_and_send(self) -> None:
+        """A leader takes the proposals waiting into its log and sends what is new."""
+        if self._obj._isLeader():
+            self._obj._checkCommandsToApply()
+            self._send_news()
 
     def _intercept(self, node: Node, message: dict[str, Any]) -> bool:
         """Raft's messages before pysyncobj sees them: True for one handled here."""
@@ -405,10 +409,7 @@ class RaftNode:
         (with any proposal waiting, in the same message): they apply, and their
         subscribers read, alongside the leader rather than after its merge. Nothing is
         sent that its own journal's syncs do not cover (:meth:`_send_news`)."""
-        obj = self._obj
-        if obj._isLeader():
-            obj._checkCommandsToApply()
-            self._send_news()
+        self._take_and_send()
 
     def _release_commit(self, held_at: int, commit: int) -> None:
         """Give back the commit index a batch tick held at ``held_at``: ``commit``, or

@@ -231,6 +231,9 @@ LEASE_EVERY_S = 0.5
 # input's merged position on, at most this many (a leader plans past a file's end only
 # where a majority's copies end too; it plans a few files ahead of what is merged).
 FILE_ENDS_REPORTED = 8
+# A node's push server keeps where the files it saw a publisher's sender move on from
+# ended, at most this many per input (the newest): what its leader crosses a file's end on.
+FILE_ENDS_KEPT = 16
 # A new leader knows no other node's holds until that node reports: the age and size
 # rules wait for every node's report, or this many report intervals after taking the
 # lead (a node that stays silent that long is down, and holds of a down node are
@@ -441,3 +444,4 @@ invariant(HEARTBEAT_EVERY_S < SEQUENCER_STALE_S, "a live sequencer's heartbeat i
 invariant(LEADER_CHECK_S < REPORT_ANSWER_S, "the leader is looked at while an answer is awaited")
 invariant(REPORT_ASK_S < REPORT_ANSWER_S, "a report asks again well before an answer is overdue")
 invariant(REPORT_WINDOW >= 4, "half the window leaves room for an answer to come back")
+invariant(FILE_ENDS_KEPT >= FILE_ENDS_REPORTED, "a leader crosses as many file ends as reports")

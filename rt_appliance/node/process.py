@@ -78,7 +78,14 @@ class Node:
             on_written=self._input_written,
             later=self._input_later,
         )
-        self.sequencer = Sequencer(config, name, 0, held=self.push.held, written=self.push.written)
+        self.sequencer = Sequencer(
+            config,
+            name,
+            0,
+            held=self.push.held,
+            written=self.push.written,
+            ended=self.push.file_end,
+        )
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
         self.sequencer.merger.on_progress = self.pull.changed
         self.registry = CollectorRegistry()

@@ -24,7 +24,7 @@ from rt_appliance.limits import HANDSHAKE_TIMEOUT_S, SHUTDOWN_GRACE_S
 from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.position import Position
 from rt_appliance.replicate.push_metrics import PushMetrics
-from rt_appliance.replicate.sink import DAMAGED_DIR, ReplicaDir
+from rt_appliance.replicate.sink import DAMAGED_DIR, FileEnd, ReplicaDir
 from rt_appliance.transport.messages import FrameType, decode_control, decode_data, require
 from rt_appliance.transport.offload import in_thread
 from rt_appliance.transport.server import TlsServer
@@ -75,6 +75,12 @@ class PushServer:
         """How far the replica ``name`` is written, synced or not (None: none open)."""
         replica = self._replicas.get(name)
         return None if replica is None else replica.end
+
+    def file_end(self, name: str, key: tuple[int, int]) -> FileEnd | None:
+        """How file ``key`` of the replica ``name`` ended, if a sender was seen moving on
+        from it since this server started (:meth:`ReplicaDir.file_end`)."""
+        replica = self._replicas.get(name)
+        return None if replica is None else replica.file_end(key)
 
     def status_line(self) -> str:
         """One line for systemd's status: connections and replicas."""

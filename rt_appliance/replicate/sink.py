@@ -28,6 +28,13 @@ the first bad record, and the sender resends from there
 instead would hide it, and refusing to open would stop the copy for good. Only if
 the damaged file cannot be kept (no room, ``.damaged`` not a directory) does the
 copy refuse to open, as corrupt, until an operator moves the file away.
+
+When the sender starts the next file, the one before has ended: the sender reads its
+files in order and moves on only once it has sent every whole record of one from where
+this copy ends. So each such move is kept (:meth:`ReplicaDir.file_end`): the file's end
+as the sender saw it, and where the records of the next one begin. A node's leader
+moves its plan on to an input's next file from that alone, with no other node's word
+(docs/SEQUENCER.md, "Carried input"); only moves seen by this process are kept.
 """
 
 from __future__ import annotations
@@ -41,7 +48,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from rt_appliance.errors import CorruptLogError, LogError
-from rt_appliance.limits import MAX_BATCH_MESSAGES, MAX_FILE_BYTES, MAX_PAYLOAD_BYTES
+from rt_appliance.limits import (
+    FILE_ENDS_KEPT,
+    MAX_BATCH_MESSAGES,
+    MAX_FILE_BYTES,
+    MAX_PAYLOAD_BYTES,
+)
 from rt_appliance.log.format import KIND_MESSAGE, RECORD_HEADER, decode_file_header
 from rt_appliance.log.recovery import recover_last_file, verify_file
 from rt_appliance.log.scan import Stop, check_record, scan
@@ -49,9 +61,18 @@ from rt_appliance.log.segments import DirectoryLock, fsync_dir, list_files
 from rt_appliance.log.writer import create_stream_file, write_all
 from rt_appliance.position import Position
 
-__all__ = ["DAMAGED_DIR", "ReplicaDir"]
+__all__ = ["DAMAGED_DIR", "FileEnd", "ReplicaDir"]
 
 DAMAGED_DIR = ".damaged"  # copies of damaged files cut on open, kept for a post-mortem
+
+
+@dataclass(frozen=True, slots=True)
+class FileEnd:
+    """A file of the copy that the sender moved on from: it ends at ``end`` (an offset),
+    and the records of the file it sent next start at ``next_start``."""
+
+    end: int
+    next_start: Position
 
 
 class ReplicaDir:
@@ -65,6 +86,7 @@ class ReplicaDir:
         self._fd = -1
         self._partial: _Partial | None = None  # a record arriving in pieces
         self.repaired: CorruptLogError | None = None  # damage cut from the last file on open
+        self._ended: dict[tuple[int, int], FileEnd] = {}  # file key -> its end, seen here
         try:
             self._open_last()
         except BaseException:
@@ -255,6 +277,10 @@ class ReplicaDir:
             )
         return header.header_bytes
 
+    def file_end(self, key: tuple[int, int]) -> FileEnd | None:
+        """How the file ``key`` ended, if this copy saw its sender move on from it."""
+        return self._ended.get(key)
+
     def _create(self, position: Position, header: bytes) -> None:
         if self._fd >= 0:
             if self.fsync:
@@ -264,6 +290,12 @@ class ReplicaDir:
                     self.cut_unsynced(exc)
             os.close(self._fd)
             self._fd = -1
+            # the sender moves on: every whole record of the file is here, and synced
+            if len(self._ended) >= FILE_ENDS_KEPT:
+                del self._ended[min(self._ended)]
+            self._ended[self.end.file_key] = FileEnd(
+                self.end.offset, position.with_offset(len(header))
+            )
         self._fd, self._path = create_stream_file(
             self.directory, position.session, position.roll, header
         )

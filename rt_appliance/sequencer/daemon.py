@@ -66,6 +66,7 @@ from rt_appliance.limits import (
 )
 from rt_appliance.position import Position
 from rt_appliance.replicate.fetch import PeerFetcher
+from rt_appliance.replicate.sink import FileEnd
 from rt_appliance.sequencer import archiver, holds, leases
 from rt_appliance.sequencer.control import ControlServer, Reporter
 from rt_appliance.sequencer.fitness import Fitness, is_write_failure
@@ -248,11 +249,14 @@ class Sequencer:
         metrics_port: int | None,
         held: Callable[[str], Position | None],
         written: Callable[[str], Position | None] | None = None,
+        ended: Callable[[str, tuple[int, int]], FileEnd | None] | None = None,
     ) -> None:
         """``held``: how far the node's push server holds an input, synced (None: not
         known there); the push server calls :meth:`input_synced` after each sync.
         ``written``: how far it has written one, synced or not; it calls
-        :meth:`input_written` after each write (the leader may carry those bytes)."""
+        :meth:`input_written` after each write (the leader may carry those bytes).
+        ``ended``: how a file of an input ended, if it saw the sender move on from it
+        (the leader carries on into the next file)."""
         self.config, self.name = config, node_name
         node = config.node(node_name)
         self.data_dir = config.data_dir_of(node)
@@ -264,6 +268,7 @@ class Sequencer:
             sync=config.replication.fsync != "never",
             held=held,
             written=written,
+            ended=ended,
         )
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)

@@ -25,6 +25,7 @@ from rt_appliance.log.naming import parse_publisher_dir
 from rt_appliance.log.scan import Stop, scan
 from rt_appliance.log.segments import ListingCache, StreamFile, list_files
 from rt_appliance.position import Position
+from rt_appliance.replicate.sink import FileEnd
 
 __all__ = [
     "InputDir",
@@ -95,11 +96,13 @@ class InputDir:
         sync: bool,
         held: Callable[[str], Position | None] | None = None,
         written: Callable[[str], Position | None] | None = None,
+        ended: Callable[[str, tuple[int, int]], FileEnd | None] | None = None,
     ) -> None:
         """``held``/``written``: how far the node's push server has synced/written this
-        input (None: no push server in this process; the files alone tell)."""
+        input (None: no push server in this process; the files alone tell); ``ended``:
+        how a file ended, if that push server saw the sender move on from it."""
         self.path, self.name, self._sync, self._held = path, path.name, sync, held
-        self._written = written
+        self._written, self._ended = written, ended
         self._dir = str(path)
         self._listing = ListingCache(path, list_files)
         self._walked: _Walked | None = None  # where the last walk of the newest file ended
@@ -256,12 +259,21 @@ class InputDir:
 
     def read_written(self, start: Position, max_bytes: int) -> Records | None:
         """Whole records from ``start`` up to what this node's push server has written to
-        that file, synced or not, at most ``max_bytes`` (None: none, or no push server in
-        this process). For a range the leader carries in its raft entry."""
+        that file, synced or not, or to where the file ended if the sender was seen moving
+        on from it; at most ``max_bytes`` (None: none, or no push server in this process).
+        For a range the leader carries in its raft entry."""
         written = self._written(self.name) if self._written is not None else None
-        if written is None or written.file_key != start.file_key:
+        if written is None or written.file_key < start.file_key:
             return None
-        return self._read_upto(start, written.offset, max_bytes)
+        if written.file_key == start.file_key:
+            return self._read_upto(start, written.offset, max_bytes)
+        ended = self.ended(start.file_key)
+        return None if ended is None else self._read_upto(start, ended.end, max_bytes)
+
+    def ended(self, key: tuple[int, int]) -> FileEnd | None:
+        """How this node's copy of file ``key`` ended, if its push server saw the sender
+        move on from it (None: not seen, or no push server in this process)."""
+        return None if self._ended is None else self._ended(self.name, key)
 
     def _read_upto(self, start: Position, stop: int, max_bytes: int) -> Records | None:
         if stop <= start.offset:
@@ -330,8 +342,10 @@ class Inputs:
         sync: bool,
         held: Callable[[str], Position | None] | None = None,
         written: Callable[[str], Position | None] | None = None,
+        ended: Callable[[str, tuple[int, int]], FileEnd | None] | None = None,
     ) -> None:
         self.in_dir, self._sync, self._held, self._written = in_dir, sync, held, written
+        self._ended = ended
         self._dirs: dict[str, InputDir] = {}
         self._listing = ListingCache(in_dir, _input_names)
 
@@ -344,7 +358,7 @@ class Inputs:
         d = self._dirs.get(name)
         if d is None:
             d = self._dirs[name] = InputDir(
-                self.in_dir / name, self._sync, self._held, self._written
+                self.in_dir / name, self._sync, self._held, self._written, self._ended
             )
         return d
 

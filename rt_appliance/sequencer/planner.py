@@ -33,8 +33,15 @@ What no majority reported holding yet is planned too, from this node's own copy 
 push server wrote it (synced or not), with the bytes carried in the raft entry
 (``Merge.data``): committing the entry makes them durable on a majority, so the merge
 waits for neither the followers' input syncs nor their reports, and every node builds the
-record from those bytes. At most ``CARRY_MAX_BYTES`` are carried in flight, within one
-input file, and only once every peer said it applies such merges (``CARRIED_INPUT``).
+record from those bytes. At most ``CARRY_MAX_BYTES`` are carried in flight, and only
+once every peer said it applies such merges (``CARRIED_INPUT``).
+
+One word is enough to move on to an input's next file: this node's push server saw the
+publisher's sender move on from the file where the plan stands (it does so only once it
+has sent every whole record of the file), and no other node said its copy goes on past
+that. So a publisher that reaches only the leader is merged across its sessions and
+rolls too. The push server keeps what it saw in memory only; after a restart the
+majority's reported ends decide, as above.
 """
 
 from __future__ import annotations
@@ -277,30 +284,42 @@ class Planner:
         start = Position(known) if known is not None else None
         held = self._majority(name, reports)
         if start is not None and held <= start:
-            return self._carried_records(name, start)
-        records = self._own_records(name, start, held, ends)
+            return self._carried_records(name, start, reports, ends)
+        records = self._own_records(name, start, held, reports, ends)
         if records is None and self._peer_read_due(name):
             records = self._peer_records(name, start, held, reports, ends)
         if records is None and start is None and self.carrying:  # an input's first range
             first = self.inputs.get(name).first_record()
             if first is not None and held <= first:
-                records = self._carried_records(name, first)
+                records = self._carried_records(name, first, reports, ends)
         return records
 
-    def _carried_records(self, name: str, start: Position) -> Records | None:
+    def _carried_records(
+        self,
+        name: str,
+        start: Position,
+        reports: dict[str, dict[str, int]],
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Records | None:
         """Records of ``name`` from ``start`` that no majority reported holding yet, from
         this node's copy as its push server wrote it (synced or not), to carry in the raft
-        entry itself: within ``CARRY_MAX_BYTES`` in flight, in the file ``start`` is in.
+        entry itself: within ``CARRY_MAX_BYTES`` in flight, in the file ``start`` is in, or,
+        where that file ended as this node's push server saw it, in the next one.
 
         Committing the entry then makes the bytes durable on a majority (in their raft
         journals), as a majority's reports did before: the merge waits for no report and no
-        input sync. Larger ranges, and those past a file's end, wait for the reports."""
+        input sync. Larger ranges wait for the reports."""
         if not self.carrying:
             return None
         room = min(CARRY_MAX_BYTES - self._carried_inflight, self.config.sequencer.max_range_bytes)
         if room <= 0:
             return None
-        records = self.inputs.get(name).read_written(start, room)
+        source = self.inputs.get(name)
+        records = source.read_written(start, room)
+        if records is None:
+            moved_on = self._moved_on(name, start, reports, ends)
+            if moved_on is not None:
+                records = source.read_written(moved_on, room)
         if records is None or len(records.data) > room:  # one record larger than the room
             return None
         return _Carried(
@@ -312,6 +331,7 @@ class Planner:
         name: str,
         start: Position | None,
         held: Position,
+        reports: dict[str, dict[str, int]],
         ends: dict[str, dict[str, list[int]] | None],
     ) -> Records | None:
         source = self.inputs.get(name)
@@ -327,12 +347,14 @@ class Planner:
                 )
                 return None
             if pos.offset >= end:
-                ended = Position.of(pos.session, pos.roll, end)
-                problem = self._end_disputed(name, ended, ends)
-                if problem is not None:
-                    self._short[name] = problem
-                    return None
-                nxt = source.next_file_start(pos)
+                nxt = self._moved_on(name, pos, reports, ends)
+                if nxt is None:
+                    ended = Position.of(pos.session, pos.roll, end)
+                    problem = self._end_disputed(name, ended, ends)
+                    if problem is not None:
+                        self._short[name] = problem
+                        return None
+                    nxt = source.next_file_start(pos)
                 if nxt is None or held <= nxt:
                     return None
                 pos = nxt
@@ -471,6 +493,34 @@ class Planner:
                 )
                 self._spec = None
         self.wake()
+
+    def _moved_on(
+        self,
+        name: str,
+        at: Position,
+        reports: dict[str, dict[str, int]],
+        ends: dict[str, dict[str, list[int]] | None],
+    ) -> Position | None:
+        """Where the records of the file after ``at``'s begin, if ``at`` is where that file
+        of ``name`` ended as this node's push server saw it (its sender moved on from it
+        there) and no other node said its copy of the file goes on past ``at``.
+
+        The sender reads its files in order and starts the next one only once it has
+        sent every whole record of the last from where this node's copy ends: this node
+        saw the file end. A copy a node said is longer is left to :meth:`_end_disputed`
+        (the publisher lost the end of that file after sending it there, say)."""
+        ended = self.inputs.get(name).ended(at.file_key)
+        if ended is None or ended.end != at.offset:
+            return None
+        for node, report in reports.items():
+            theirs = Position(report.get(name, 0))
+            if node != self.node_name and theirs.file_key == at.file_key and theirs > at:
+                return None
+        for node, said in ends.items():
+            for end in said.get(name, ()) if said is not None and node != self.node_name else ():
+                if Position(end).file_key == at.file_key and Position(end) > at:
+                    return None
+        return ended.next_start
 
     def _end_disputed(
         self,

@@ -57,3 +57,43 @@ def test_publishers_reaching_only_the_leader_are_merged_everywhere(local_stream)
         line for line in metrics.splitlines() if line.startswith("rt_sequencer_carried_total ")
     ]
     assert carried and float(carried[0].split()[1]) > 0, metrics
+
+
+def test_publishers_reaching_only_the_leader_are_merged_across_rolls_and_sessions(
+    local_stream,  # type: ignore[no-untyped-def]
+) -> None:
+    """The leader moves on to an input's next file on its own push server's word: the
+    sender moved on from the file there. No follower holds or reports any of it, so
+    before, the stream stopped at the end of each publisher's first file."""
+    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL)
+    stream.start(push_clients=False)
+    leader = stream.wait_leader()
+    nowhere = iter(NOWHERE)
+    nodes = [
+        {"name": n.name, "host": n.host if n.name == leader else next(nowhere)}
+        for n in stream.config.nodes
+    ]
+    for pub in stream.config.publishers:
+        stream.set_view(pub.name, nodes)
+        stream.publisher_daemon(pub.name).start()
+    feeds = [
+        Feed(stream, "pub-1", "trades", roll_bytes=4096),
+        Feed(stream, "pub-2", "quotes", roll_bytes=4096),
+    ]
+    for f in feeds:
+        f.payload_bytes = 200
+        f.start(300)
+    wait_until(lambda: all(len(f.ids) >= 300 for f in feeds), 30, "300 messages each published")
+    for f in feeds:
+        f.stop()
+        f.publish(len(f.ids) + 1, len(f.ids) + 100)  # a new session: a new file
+    for f in feeds:
+        files = list(f.directory.glob(f"{f.topic}.{f.host}/log.*"))
+        assert len({p.name.split(".")[1] for p in files}) == 2, "two sessions"
+        assert len(files) >= 10, "the test needs rolls"
+    check_stream(stream, feeds)  # every id once, in order, every node's log identical
+    assert stream.wait_leader() == leader, "the leadership moved: the test proves nothing"
+    for node in stream.config.nodes:
+        in_dir = stream.config.data_dir_of(node) / "in"
+        if node.name != leader:
+            assert not in_dir.exists() or not list(in_dir.iterdir())

@@ -10,6 +10,7 @@ a peer has not said it applies such merges (an older release).
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from rt_appliance.config import load_config
 from rt_appliance.limits import CARRY_MAX_BYTES
 from rt_appliance.log.segments import list_files
 from rt_appliance.position import Position
+from rt_appliance.replicate.sink import FileEnd
 from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.planner import Planner
@@ -137,3 +139,80 @@ def test_an_inputs_first_range_is_carried_with_no_report_at_all(tmp_path: Path) 
     assert raft.merges and raft.merges[0].data is not None
     first = planner.inputs.get(DIR).first_record()
     assert raft.merges[0].start == int(first)  # type: ignore[arg-type]
+
+
+def _setup_rolled(tmp_path: Path, seen: bool) -> tuple[Planner, _Holding, list[Path], Position]:
+    """An input in several files on the leader (rolled, then a new session); its push
+    server saw the sender move on from each file but the newest if ``seen``."""
+    for session in range(2):
+        with Publisher(tmp_path / "pub", "trades", "pub-1", roll_bytes=8 << 10) as pub:
+            for i in range(100):
+                pub.publish(f"trade {session} {i:05d}".encode().ljust(100, b"."))
+    leader_in = tmp_path / "rt-1" / "in"
+    shutil.copytree(tmp_path / "pub" / DIR, leader_in / DIR)
+    files = list_files(leader_in / DIR)
+    assert len(files) >= 3 and files[0].session != files[-1].session
+    newest = files[-1]
+    written = Position.of(newest.session, newest.roll, newest.path.stat().st_size)
+    ends = {}
+    for f, nxt in itertools.pairwise(files):
+        first = Inputs(leader_in, sync=False).get(DIR).next_file_start(Position.of(*f.key, 0))
+        assert first is not None and first.file_key == nxt.key
+        ends[f.key] = FileEnd(f.path.stat().st_size, first)
+    config = load_config(write_local_config(tmp_path, nodes=3))
+    machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
+    raft = _Holding(machine, peers_carry=True)
+    inputs = Inputs(
+        leader_in,
+        sync=False,
+        written=lambda name: written if name == DIR else None,
+        ended=lambda name, key: ends.get(key) if seen and name == DIR else None,
+    )
+    planner = Planner(config, "rt-1", machine, inputs, raft, lambda: None)  # type: ignore[arg-type]
+    return planner, raft, [f.path for f in files], written
+
+
+def _run(planner: Planner, raft: _Holding, turns: int = 200) -> None:
+    for _ in range(turns):
+        if not planner.step():
+            break
+        raft.decide()
+
+
+def test_a_file_end_its_push_server_saw_is_crossed_with_no_report(tmp_path: Path) -> None:
+    """Publishers reaching only the leader: no follower reports anything, and the leader
+    carries the input through every roll and into the next session."""
+    planner, raft, paths, written = _setup_rolled(tmp_path, seen=True)
+    _run(planner, raft)
+    assert raft.machine.state.inputs.get(DIR) == int(written), "stopped before the end"
+    assert all(m.data is not None for m in raft.merges), "no report: everything carried"
+    assert sum(m.count for m in raft.merges) == 200
+    merged_files = {Position(m.start).file_key for m in raft.merges}
+    assert len(merged_files) == len(paths)
+    for m in raft.merges:
+        start, end = Position(m.start), Position(m.end)
+        path = next(p for p in paths if p.name == f"log.{start.session}.{start.roll}")
+        assert m.data == path.read_bytes()[start.offset : end.offset]
+
+
+def test_without_seeing_the_end_the_leader_waits_for_the_reports(tmp_path: Path) -> None:
+    """Nothing merged leaves the first file: an older file's end is not known, and the
+    writer has moved on from it, so not even its records are carried."""
+    planner, raft, paths, _ = _setup_rolled(tmp_path, seen=False)
+    _run(planner, raft)
+    first = list_files(paths[0].parent)[0]
+    assert all(Position(m.start).file_key == first.key for m in raft.merges)
+
+
+def test_a_longer_copy_elsewhere_stops_the_crossing(tmp_path: Path) -> None:
+    """A follower said its copy of the first file goes on past where the leader saw it end
+    (the publisher lost that tail after sending it there): the leader does not move on on
+    its own word; the majority's ends decide, as before (here they dispute it)."""
+    planner, raft, paths, _ = _setup_rolled(tmp_path, seen=True)
+    files = list_files(paths[0].parent)
+    end = Position.of(*files[0].key, paths[0].stat().st_size)
+    second = Position.of(*files[1].key, paths[1].stat().st_size)
+    longer = end.with_offset(end.offset + 100)
+    planner.report("rt-2", {DIR: int(second)}, ends={DIR: [int(longer), int(second)]})
+    _run(planner, raft)
+    assert raft.machine.state.inputs.get(DIR) == int(end)

@@ -201,6 +201,10 @@ STEP_DOWN_RETRY_S = 0.05
 # this long (or ``sequencer.fetch_after_ms``, if longer), is unfit to lead: its push
 # server is down or cut off, and the followers could merge what it cannot.
 LEADER_INPUT_BEHIND_S = 1.0
+# ... counted while its copy does not grow. One that grows but has trailed a majority's
+# this long is unfit too (a slow link or disk); a busy leader at full speed trails by a
+# second or two, and keeps reaching what a majority held a moment before.
+LEADER_INPUT_LAGGING_S = 10.0
 # A leader asked to stop (SIGTERM: systemctl stop, a package upgrade's restart) first
 # hands leadership to a caught-up follower, for at most this long, so that the stream
 # waits for no election timeout; then it stops whether or not one took over.
@@ -444,4 +448,5 @@ invariant(HEARTBEAT_EVERY_S < SEQUENCER_STALE_S, "a live sequencer's heartbeat i
 invariant(LEADER_CHECK_S < REPORT_ANSWER_S, "the leader is looked at while an answer is awaited")
 invariant(REPORT_ASK_S < REPORT_ANSWER_S, "a report asks again well before an answer is overdue")
 invariant(REPORT_WINDOW >= 4, "half the window leaves room for an answer to come back")
+invariant(LEADER_INPUT_LAGGING_S > LEADER_INPUT_BEHIND_S, "a copy that grows is given longer")
 invariant(FILE_ENDS_KEPT >= FILE_ENDS_REPORTED, "a leader crosses as many file ends as reports")

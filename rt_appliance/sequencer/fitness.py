@@ -11,9 +11,10 @@ down if it leads and stands for no election (:meth:`RaftNode.set_unfit
 merges as far as it can, and leads again once it is fit and wins an election.
 
 A leader plans merges from its own copy of the inputs. When that copy lacks bytes that a
-majority of nodes hold, for longer than ``limits.LEADER_INPUT_BEHIND_S`` (its push server
-is down, or publishers cannot reach it), the planner says so (``input_behind``) and the
-leader hands over to a follower that holds them.
+majority of nodes hold and has not grown for ``limits.LEADER_INPUT_BEHIND_S`` (its push
+server is down, or publishers cannot reach it), or has trailed a majority's for
+``limits.LEADER_INPUT_LAGGING_S``, the planner says so (``input_behind``) and the leader
+hands over to a follower that holds them.
 
 Thread-safe: the merger reports from its own thread, the servers from the event loop.
 """

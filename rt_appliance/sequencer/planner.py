@@ -22,8 +22,8 @@ leader whose copy is short, or lacks a file, waits, and after a while hands over
 (``behind``) to a node that holds it whole.
 
 Until then it does not stand still: once its own copy of an input has lacked what a
-majority holds for ``fetch_after_ms`` (its push server is down, or publishers cannot
-reach it), it reads the records from a peer that holds them (FETCH from the peer's
+majority holds, and not grown, for ``fetch_after_ms`` (its push server is down, or
+publishers cannot reach it), it reads the records from a peer that holds them (FETCH from the peer's
 ``in/``, every record's CRC checked), in a step on a worker thread, never on the event
 loop. A file's end is crossed on a peer's copy under the same rule as on its own: a
 majority's copies of the file are known to end there. Its merger then builds those
@@ -60,6 +60,7 @@ from rt_appliance.errors import RTError
 from rt_appliance.limits import (
     CARRY_MAX_BYTES,
     LEADER_INPUT_BEHIND_S,
+    LEADER_INPUT_LAGGING_S,
     MAX_FILE_HEADER_BYTES,
     PLAN_FETCH_PENALTY_S,
     PLAN_FETCH_TIMEOUT_S,
@@ -110,6 +111,7 @@ class Planner:
         self.config, self.node_name = config, node_name
         self.machine, self.inputs, self.raft, self.wake = machine, inputs, raft, wake
         self._lock = threading.Lock()
+        self.clock: Callable[[], float] = time.monotonic  # the bounds below are counted on it
         self._spec: SequencerState | None = None
         self._inflight = 0
         self._reports: dict[str, dict[str, int]] = {}
@@ -127,6 +129,8 @@ class Planner:
         self.behind = behind  # told why, while this leader's own copy is behind
         self._behind_since: dict[str, float] = {}  # input -> since when
         self._behind_target: dict[str, Position] = {}  # input -> what a majority held then
+        self._still_since: dict[str, float] = {}  # input -> since when its copy has not grown
+        self._mine: dict[str, Position] = {}  # input -> this node's copy at the last look
         seq = config.sequencer
         self._behind_after_s = max(LEADER_INPUT_BEHIND_S, seq.fetch_after_ms / 1000)
         self.fetcher = fetcher
@@ -152,7 +156,7 @@ class Planner:
         with self._lock:
             self._reports[node] = extents
             self._ends[node] = ends
-            self._report_times[node] = time.monotonic()
+            self._report_times[node] = self.clock()
 
     def reports(self) -> dict[str, dict[str, int]]:
         with self._lock:
@@ -191,6 +195,7 @@ class Planner:
                 self._epoch += 1
                 self._behind_since.clear()  # nor how long an earlier one lacked input
                 self._behind_target.clear()
+                self._still_since.clear()
                 self._short.clear()
                 self._peer_told.clear()
                 self._from_peer.clear()
@@ -239,9 +244,10 @@ class Planner:
     def _judge_own_copy(
         self, local: dict[str, int], reports: dict[str, dict[str, int]], spec: SequencerState
     ) -> None:
-        """Tell :attr:`behind` while this leader lacks, for longer than it takes a push
-        to land, input bytes past what is merged that a majority of nodes hold."""
-        now = time.monotonic()
+        """Tell :attr:`behind` while this leader lacks input bytes past what is merged
+        that a majority of nodes hold, and its copy has not grown for longer than it
+        takes a push to land (or has trailed theirs for ``LEADER_INPUT_LAGGING_S``)."""
+        now = self.clock()
         names = {name for report in reports.values() for name in report}
         for name in sorted(names):
             held = self._majority(name, reports)
@@ -256,20 +262,46 @@ class Planner:
             )
             if short is None and (held <= mine or merged_all):
                 self._behind_since.pop(name, None)
+                self._still_since.pop(name, None)
                 continue
             since = self._behind_since.get(name)
             target = self._behind_target.get(name)
             if since is None or (short is None and target is not None and target <= mine):
                 # fell behind just now, or has since caught up with what a majority held
-                # then: a copy that keeps coming, only later than the others' (a leader
-                # busy at full speed), starts the count again; one that stopped does not
+                # then: the count of how long it lags starts again
                 since = self._behind_since[name] = now
                 self._behind_target[name] = held
-            if now - since >= self._behind_after_s and self.behind is not None:
+            if self._mine.get(name) != mine or name not in self._still_since:
+                self._still_since[name] = now  # its copy grew (or the count just began)
+            self._mine[name] = mine
+            stalled = self._stalled_since(name)
+            assert stalled is not None
+            if self.behind is None:
+                continue
+            if now - stalled >= self._behind_after_s:
                 why = short or (
-                    f"this node holds up to {mine.format()}, a majority up to {held.format()}"
+                    f"this node holds up to {mine.format()}, a majority up to "
+                    f"{held.format()}, and its copy has not grown"
                 )
-                self.behind(f"{name}: {why}, for {now - since:.1f} s")
+                self.behind(f"{name}: {why}, for {now - stalled:.1f} s")
+            elif now - since >= LEADER_INPUT_LAGGING_S:
+                self.behind(
+                    f"{name}: this node holds up to {mine.format()}, a majority up to "
+                    f"{held.format()}: its copy has trailed a majority's for {now - since:.1f} s"
+                )
+
+    def _stalled_since(self, name: str) -> float | None:
+        """Since when this leader's own copy of ``name`` has lacked what a majority holds
+        and not grown (a copy cut short or lacking a file: since it lacked it at all);
+        None while it lacks nothing.
+
+        A busy leader's copy at full speed trails the followers' by a second or more
+        and keeps growing: its push server is slower, not gone, and any node leading
+        would be as slow. That is not a copy to hand over or to read a peer's for."""
+        since = self._behind_since.get(name)
+        if since is None or name in self._short:
+            return since
+        return max(since, self._still_since.get(name, since))
 
     def _records(
         self,
@@ -366,10 +398,10 @@ class Planner:
     def _peer_read_due(self, name: str) -> bool:
         """Whether this node's own copy of ``name`` has lacked what a majority holds for
         ``fetch_after_ms``, so that a peer's copy is read (by a step that may fetch)."""
-        since = self._behind_since.get(name)
+        since = self._stalled_since(name)
         if self.fetcher is None or since is None:
             return False
-        if time.monotonic() - since < self._fetch_after_s:
+        if self.clock() - since < self._fetch_after_s:
             return False
         if not self.may_fetch:
             self.wants_fetch = True
@@ -390,7 +422,7 @@ class Planner:
         if read is not None and read.start == start and read.end <= held:
             return read
         floor = start if start is not None else Position(0)
-        now = time.monotonic()
+        now = self.clock()
         peers = [
             p
             for p, r in reports.items()
@@ -402,7 +434,7 @@ class Planner:
                 records = self._read_peer(peer, name, start, held, ends)
             except RTError as exc:
                 log.info("planner: reading in/%s from %s failed: %s", name, peer, exc)
-                self._failed_until[peer] = time.monotonic() + PLAN_FETCH_PENALTY_S
+                self._failed_until[peer] = self.clock() + PLAN_FETCH_PENALTY_S
                 continue
             if records is not None:
                 self._from_peer[name] = records

@@ -32,6 +32,8 @@ from rt_lab.bench.tracemap import SUBSCRIBING_APP
 
 __all__ = ["main", "publish_child", "say", "subscribe_child"]
 
+log = logging.getLogger(__name__)
+
 _STDOUT = threading.Lock()
 
 
@@ -43,6 +45,12 @@ def say(line: str) -> None:
 
 
 # -- publishing -------------------------------------------------------------------------
+
+# A publisher that replicates stays until every node acknowledged what it published: the
+# run needs it all, and close() alone waits a few seconds only (an application's rest
+# is sent by the next sender of its directory; here there is none). A full-speed run's
+# publishers finish writing well before the nodes have their copies.
+REPLICATED_WAIT_S = 300.0
 
 
 def publish_child(args: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +82,8 @@ def publish_child(args: dict[str, Any]) -> dict[str, Any]:
             published = _paced_batches(pub, count, rate, float(args["tick_s"]), stop)
         last = time.time_ns()
         pub.flush()
+        if args.get("replicate") and not pub.wait_acknowledged(timeout_s=REPLICATED_WAIT_S):
+            log.warning("not every node acknowledged what was published")
     # every thread's CPU, the in-process push client's too, until it is closed
     cpu_s = time.process_time() - cpu0
     return {"first_ns": first, "last_ns": last, "published": published, "cpu_s": cpu_s}

@@ -61,6 +61,11 @@ class Durability(StrEnum):
 
     In every mode data is written to the file (visible to readers on this host)
     before the call returns, and ``flush()`` makes everything durable.
+
+    A Publisher that replicates wakes its sender as soon as the bytes are written,
+    before their sync: they are on their way to the nodes while the disk syncs them. A
+    host that fails during that sync may leave a node holding messages whose call never
+    returned, as a host that fails after the write does with ``interval`` or ``never``.
     """
 
     ALWAYS = "always"
@@ -171,9 +176,9 @@ class Publisher:
             position = self._writer.append_one(record)
             if self._dedup:
                 self._last_id = last_id
+            self._notify()  # before the sync: the sender reads the bytes while they sync
             if self._sync_singles:
                 self._after_write(1, single=True)
-        self._notify()
         return position
 
     def publish_arrow(
@@ -216,8 +221,8 @@ class Publisher:
             position = self._writer.append(data, sizes)
             if self._dedup:
                 self._last_id = last_id
+            self._notify()  # before the sync: the sender reads the bytes while they sync
             self._after_write(len(sizes), single=False)
-        self._notify()
         return position
 
     def flush(self) -> Position:

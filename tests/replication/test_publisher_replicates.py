@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -59,6 +60,42 @@ def test_publish_to_acknowledged_without_inotify(
     for node in NODES:
         assert same_log_files(expected, stream.replica(node))
         assert replica_ids(stream, node) == list(range(1, 5102))
+
+
+def test_a_batch_leaves_for_the_nodes_while_the_publisher_syncs_it(
+    make_stream: Callable[..., Stream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender is woken as soon as a batch is written, not after the application's own
+    sync of it: the bytes are on their way while the disk syncs them. Here the sync waits
+    until every node holds the batch, and the sender's own look at the files comes only
+    after 30 s; a sender woken after the sync would leave the sync waiting."""
+    monkeypatch.setattr("rt_appliance.replicate.push_client.PUSH_IDLE_WAIT_S", 30.0)
+    stream = make_stream(replication={"delete_acked": False, "ack_timeout_ms": 120_000})
+    for node in NODES:
+        stream.push_server(node)
+    with Publisher(stream.pub_root(), "trades", "pub-1", replicate=stream.config_path) as pub:
+        pub.publish_batch([b"warm-up"], ids=[1])
+        assert pub.wait_acknowledged(timeout_s=30), stream.logs()
+        writer = type(pub._writer)
+        real_sync = writer.sync
+        held: list[bool] = []
+
+        def sync_once_every_node_holds_it(self: object) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if all(replica_ids(stream, n) == list(range(1, 12)) for n in NODES):
+                    held.append(True)
+                    break
+                time.sleep(0.01)
+            else:
+                held.append(False)
+            real_sync(self)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(writer, "sync", sync_once_every_node_holds_it)
+        pub.publish_batch([b"m%d" % i for i in range(2, 12)], ids=list(range(2, 12)))
+        monkeypatch.setattr(writer, "sync", real_sync)
+        assert held == [True], stream.logs()
+        assert pub.wait_acknowledged(timeout_s=30), stream.logs()
 
 
 def test_a_second_sender_is_refused_and_takes_over_when_the_first_stops(

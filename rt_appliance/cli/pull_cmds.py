@@ -28,7 +28,7 @@ def pull_client(config_path: Path, host_name: str, metrics_port: int | None) -> 
 
     The copy is <data_dir>/sub/<stream> of the subscriber host, a byte-identical
     prefix of every node's merged log; read it with `rt subscribe --dir`. The
-    client asks a node for the topology, prefers a follower (subscriber.prefer),
+    client asks a node for the topology, prefers the leader (subscriber.prefer),
     and spreads subscriber hosts over the nodes. It resumes from where the copy
     ends, so a restart or a fail-over to another node neither loses nor repeats
     bytes. When a connection fails it retries the next node after a capped,

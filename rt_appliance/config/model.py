@@ -166,7 +166,7 @@ class SubscriberHost(_Model):
     data_dir: str | None = None
     tls_dir: str | None = None
     keep_pruned: bool = False  # keep files the archiver pruned on the nodes
-    prefer: Literal["follower", "leader", "any"] = "follower"
+    prefer: Literal["follower", "leader", "any"] = "leader"  # which node to pull from
 
     _name = field_validator("name")(classmethod(lambda cls, v: _check_name(v)))
     _host = field_validator("host")(classmethod(lambda cls, v: _check_address(v)))

@@ -2,8 +2,11 @@
 clients find nodes and in which order they try them.
 
 Every node's merged log is byte-identical, so a pull client may read from any of
-them. It prefers a follower (the leader is busy sequencing) and spreads subscriber
-hosts over the nodes: the node list rotated by a stable hash of the host's name.
+them. By default it prefers the leader, whose merged log is the first to hold a message
+(a follower's waits for the leader's commit news and its own merge: at 5,000 msg/s on
+one machine, half the p99); ``prefer: follower`` leaves the leader to sequence. The
+node list is rotated by a stable hash of the host's name, which spreads subscriber
+hosts over the others.
 """
 
 from __future__ import annotations

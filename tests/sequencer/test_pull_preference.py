@@ -1,4 +1,4 @@
-"""Subscribers pull from a follower by default, from the leader when they prefer it: the
+"""Subscribers pull from the leader by default, from a follower when they prefer it: the
 topology every node returns names the leader its sequencer sees."""
 
 from __future__ import annotations

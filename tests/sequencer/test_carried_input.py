@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 NOWHERE = ("127.0.0.98", "127.0.0.99")  # loopback addresses nothing listens on
 
 
-def test_publishers_reaching_only_the_leader_are_merged_everywhere(local_stream) -> None:  # type: ignore[no-untyped-def]
+def _reaching_only_the_leader(local_stream):  # type: ignore[no-untyped-def]
+    """A 3-node stream whose publishers' push clients reach the leader alone; (stream,
+    the leader's name)."""
     stream = local_stream(nodes=3, publishers=TWO, extra=SMALL)
     stream.start(push_clients=False)
     leader = stream.wait_leader()
@@ -34,9 +36,14 @@ def test_publishers_reaching_only_the_leader_are_merged_everywhere(local_stream)
         {"name": n.name, "host": n.host if n.name == leader else next(nowhere)}
         for n in stream.config.nodes
     ]
-    for pub in stream.config.publishers:  # the publishers reach the leader alone
+    for pub in stream.config.publishers:
         stream.set_view(pub.name, nodes)
         stream.publisher_daemon(pub.name).start()
+    return stream, leader
+
+
+def test_publishers_reaching_only_the_leader_are_merged_everywhere(local_stream) -> None:  # type: ignore[no-untyped-def]
+    stream, leader = _reaching_only_the_leader(local_stream)
     feeds = [Feed(stream, "pub-1", "trades").start(200), Feed(stream, "pub-2", "quotes").start(200)]
     wait_until(lambda: all(len(f.ids) >= 400 for f in feeds), 30, "400 messages each published")
     for f in feeds:
@@ -65,17 +72,7 @@ def test_publishers_reaching_only_the_leader_are_merged_across_rolls_and_session
     """The leader moves on to an input's next file on its own push server's word: the
     sender moved on from the file there. No follower holds or reports any of it, so
     before, the stream stopped at the end of each publisher's first file."""
-    stream = local_stream(nodes=3, publishers=TWO, extra=SMALL)
-    stream.start(push_clients=False)
-    leader = stream.wait_leader()
-    nowhere = iter(NOWHERE)
-    nodes = [
-        {"name": n.name, "host": n.host if n.name == leader else next(nowhere)}
-        for n in stream.config.nodes
-    ]
-    for pub in stream.config.publishers:
-        stream.set_view(pub.name, nodes)
-        stream.publisher_daemon(pub.name).start()
+    stream, leader = _reaching_only_the_leader(local_stream)
     feeds = [
         Feed(stream, "pub-1", "trades", roll_bytes=4096),
         Feed(stream, "pub-2", "quotes", roll_bytes=4096),

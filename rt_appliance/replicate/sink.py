@@ -34,7 +34,8 @@ files in order and moves on only once it has sent every whole record of one from
 this copy ends. So each such move is kept (:meth:`ReplicaDir.file_end`): the file's end
 as the sender saw it, and where the records of the next one begin. A node's leader
 moves its plan on to an input's next file from that alone, with no other node's word
-(docs/SEQUENCER.md, "Carried input"); only moves seen by this process are kept.
+(docs/SEQUENCER.md, "A file's end seen by the leader's push server"); only moves
+seen by this process are kept.
 """
 
 from __future__ import annotations
@@ -290,7 +291,7 @@ class ReplicaDir:
                     self.cut_unsynced(exc)
             os.close(self._fd)
             self._fd = -1
-            # the sender moves on: every whole record of the file is here, and synced
+            # the sender moves on: every whole record of the file is here (synced above)
             if len(self._ended) >= FILE_ENDS_KEPT:
                 del self._ended[min(self._ended)]
             self._ended[self.end.file_key] = FileEnd(

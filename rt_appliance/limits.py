@@ -287,6 +287,11 @@ MAX_RAFT_FRAME = 64 << 20
 # Messages waiting for a journal sync; beyond, they are dropped (syncs are stuck, and
 # raft's retransmission covers what is dropped).
 RAFT_HELD_MAX = 10_000
+# Syncs of a node's raft journal running at once. Entries written while one runs get a
+# sync of their own at once instead of waiting for its end: at 5,000 msg/s on a 2-core
+# machine sharing one disk, a leader had its entries synced (and applied them) about
+# 1.5 ms sooner with 2 than with 1; 3 were no better than 2 (docs/BENCHMARKS.md).
+RAFT_SYNCS_IN_FLIGHT = 2
 # Bytes unsent to one peer; beyond, messages are dropped and raft's retransmission covers.
 RAFT_SEND_BUFFER_BYTES = 64 << 20
 # Dialling a peer (TCP and TLS), and accepting one's TLS handshake.

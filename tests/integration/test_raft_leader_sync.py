@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from rt_appliance.limits import RAFT_SYNCS_IN_FLIGHT
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 from rt_appliance.sequencer.raft.peer import Peer
 from tests.helpers import raft_cluster, run_rafts
@@ -96,3 +97,60 @@ def test_entries_leave_before_the_leaders_sync_but_commits_only_after_it(
     assert early, "no entries left a leader before its journal sync"
     too_far = [s for s in sent if s[1] > s[2]]
     assert not too_far, f"a commit index beyond the leader's synced journal was sent: {too_far}"
+
+
+def test_entries_written_while_a_sync_runs_get_a_sync_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader's journal sync that takes long does not hold the next entries back until
+    its end: a second sync starts for them at once, never more than
+    ``RAFT_SYNCS_IN_FLIGHT``, and every node applies every entry, in the same order."""
+    _config, machines, nodes = raft_cluster(tmp_path)
+    lock = threading.Lock()
+    slow_inode: list[int] = []  # the leader's journal, once there is a leader
+    running: dict[int, int] = {}  # inode: syncs of it running now
+    most: dict[int, int] = {}  # inode: most syncs of it running at once
+
+    def slow_fsync(fd: int) -> None:
+        inode = os.fstat(fd).st_ino
+        if inode not in slow_inode:
+            fsync_and_close(fd)
+            return
+        with lock:
+            running[inode] = running.get(inode, 0) + 1
+            most[inode] = max(most.get(inode, 0), running[inode])
+        try:
+            time.sleep(SLOW_SYNC_S)
+            fsync_and_close(fd)
+        finally:
+            with lock:
+                running[inode] -= 1
+
+    monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(slow_fsync))
+    decided: list[bool] = []
+
+    async def scenario() -> None:
+        deadline = time.monotonic() + 30
+        while not any(node.is_leader() for node in nodes.values()):
+            assert time.monotonic() < deadline, "no leader was elected"
+            await asyncio.sleep(0.02)
+        leader = next(node for node in nodes.values() if node.is_leader())
+        journal = leader._link.journal()
+        assert journal is not None
+        slow_inode.append(os.stat(journal.path).st_ino)
+        for below in range(1, PROPOSALS + 1):  # one every 10 ms: several per slow sync
+            command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
+            leader.propose(command, lambda ok, why: decided.append(ok))
+            await asyncio.sleep(SLOW_SYNC_S / 10)
+        while len(decided) < PROPOSALS or any(
+            m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
+        ):
+            assert time.monotonic() < deadline, "the proposals were not all applied"
+            await asyncio.sleep(0.02)
+
+    run_rafts(nodes, scenario)
+
+    assert len(decided) == PROPOSALS
+    states = [m.state.to_json() for m in machines.values()]
+    assert all(state == states[0] for state in states)
+    assert most == {slow_inode[0]: RAFT_SYNCS_IN_FLIGHT}, most

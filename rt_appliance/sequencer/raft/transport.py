@@ -38,6 +38,7 @@ from rt_appliance.limits import (
     RAFT_HELD_MAX,
     RAFT_LISTEN_RETRY_S,
     RAFT_LISTEN_WARN_EVERY_S,
+    RAFT_SYNCS_IN_FLIGHT,
 )
 from rt_appliance.sequencer.raft.codec import restricted_loads
 from rt_appliance.sequencer.raft.journal import SyncedJournal
@@ -79,7 +80,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._held: collections.deque[tuple[Peer, bytes, int]] = collections.deque()
         # an answer repeating the last one within this is not sent (Peer.repeats)
         self._same_answer_s = link.config.sequencer.append_entries_period_ms / 2000
-        self._syncing = False
+        self._syncing = 0  # journal syncs running
+        self._sync_covers = 0  # the journal generation the newest running sync covers
         # sees each peer's message first; True: it was handled (pre-vote, :mod:`.prevote`)
         self.intercept: Callable[[Node, dict[str, Any]], bool] | None = None
         self.on_lost: Callable[[Node], None] | None = None  # our connection to a node ended
@@ -157,17 +159,27 @@ class TlsTransport(Transport):  # type: ignore[misc]
         return True
 
     def sync_soon(self, journal: SyncedJournal) -> bool:
-        """Start a sync of the journal in a worker thread, unless one is running; whether
+        """Start a sync of the journal in a worker thread (:meth:`_sync_soon`); whether
         one runs now (its end kicks a tick if committed entries wait to be applied)."""
         self._sync_soon(journal)
-        return self._syncing
+        return self._syncing > 0
 
     def _sync_soon(self, journal: SyncedJournal) -> None:
-        """Start a sync of the journal in a worker thread, unless one is running."""
-        if self._syncing or self._closing or self.link.failure is not None:
+        """Start a sync of the journal in a worker thread, unless a running one covers
+        everything written or ``RAFT_SYNCS_IN_FLIGHT`` run.
+
+        Syncs may end in any order: a later one covers all that an earlier one does (an
+        fsync waits for the pages an earlier one is writing), and the journal keeps the
+        furthest generation and index any of them covered."""
+        if self._closing or self.link.failure is not None:
             return
-        self._syncing = True
+        if self._syncing >= RAFT_SYNCS_IN_FLIGHT:
+            return
+        if self._syncing and journal.written <= self._sync_covers:
+            return
+        self._syncing += 1
         generation, index, cuts, fd = journal.begin_sync()
+        self._sync_covers = generation
         future = in_thread(journal.fsync, fd)
         future.add_done_callback(partial(self._synced, journal, generation, index, cuts))
 
@@ -179,7 +191,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         cuts: int,
         future: asyncio.Future[None],
     ) -> None:
-        self._syncing = False
+        self._syncing -= 1
         if self._closing:
             return
         exc = future.exception() if not future.cancelled() else RuntimeError("cancelled")

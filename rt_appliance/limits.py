@@ -292,6 +292,9 @@ RAFT_HELD_MAX = 10_000
 # machine sharing one disk, a leader had its entries synced (and applied them) about
 # 1.5 ms sooner with 2 than with 1; 3 were no better than 2 (docs/BENCHMARKS.md).
 RAFT_SYNCS_IN_FLIGHT = 2
+# A node's own proposals kept decoded until they commit (SequencerMachine.proposing):
+# sequencer.max_inflight is at most 1024, so only proposals that never commit fall out.
+PROPOSED_KEPT = 1024
 # Bytes unsent to one peer; beyond, messages are dropped and raft's retransmission covers.
 RAFT_SEND_BUFFER_BYTES = 64 << 20
 # Dialling a peer (TCP and TLS), and accepting one's TLS handshake.

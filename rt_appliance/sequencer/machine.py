@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rt_appliance import trace
+from rt_appliance.limits import PROPOSED_KEPT
 from rt_appliance.sequencer.state import (
     Instruction,
     Lease,
@@ -50,10 +51,23 @@ class SequencerMachine:
         self.restored: tuple[int, str] | None = None  # (seq, digest) of a restored snapshot
         self.listeners: list[Callable[[], None]] = []
         self.last_carried = False  # whether the last merge applied carried its input
+        # this node's own proposals, by their bytes: applied without decoding them again
+        self._proposed: dict[bytes, Instruction] = {}
+
+    def proposing(self, command: bytes, instruction: Instruction) -> None:
+        """``command`` is ``instruction.encode()``, proposed by this node: when it is
+        committed, :meth:`apply` takes ``instruction`` instead of decoding the bytes (an
+        encoded instruction decodes to an equal one). Proposals that never commit leave
+        at most ``PROPOSED_KEPT`` here, the oldest dropped first."""
+        with self.cond:
+            self._proposed[command] = instruction
+            if len(self._proposed) > PROPOSED_KEPT:
+                del self._proposed[next(iter(self._proposed))]
 
     def apply(self, command: bytes) -> bool:
         with self.cond:
-            ins = decode_instruction(command)
+            own = self._proposed.pop(command, None)
+            ins = decode_instruction(command) if own is None else own
             before = self.state.watermark_of(ins.dir) if isinstance(ins, Merge) else None
             applied = self.state.apply_decoded(ins)
             if applied is None:

@@ -223,7 +223,7 @@ class Planner:
             with self._lock:
                 if self._spec is not spec:  # a proposal failed meanwhile: replan next step
                     break
-                if spec.apply(command) is None:
+                if spec.apply_decoded(merge) is None:  # command decodes to merge
                     log.error("planner: own proposal rejected locally: %s", spec.last_reject)
                     self._spec = None
                     break
@@ -233,6 +233,7 @@ class Planner:
                     self._carried_inflight += carried
                     self.carried += 1
             made += 1
+            self.machine.proposing(command, merge)
             self.raft.propose(command, partial(self._done, epoch, carried))
             trace.event("proposed", merge.dir, merge.end)
             self.read_bytes += merge.end - merge.start

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 
 from rt_appliance.limits import RAFT_SYNCS_IN_FLIGHT
+from rt_appliance.sequencer.machine import SequencerMachine
+from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 from rt_appliance.sequencer.raft.peer import Peer
 from tests.helpers import raft_cluster, run_rafts
@@ -68,26 +70,7 @@ def test_entries_leave_before_the_leaders_sync_but_commits_only_after_it(
     monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(slow_background_fsync))
     decided: list[bool] = []
 
-    async def scenario() -> None:
-        deadline = time.monotonic() + 30
-        while not any(node.is_leader() for node in nodes.values()):
-            assert time.monotonic() < deadline, "no leader was elected"
-            await asyncio.sleep(0.02)
-        leader = next(node for node in nodes.values() if node.is_leader())
-        journal = leader._link.journal()
-        assert journal is not None
-        slow_inode.append(os.stat(journal.path).st_ino)
-        for below in range(1, PROPOSALS + 1):  # prunes: the state takes any order
-            command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
-            leader.propose(command, lambda ok, why: decided.append(ok))
-            await asyncio.sleep(0)
-        while len(decided) < PROPOSALS or any(
-            m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
-        ):
-            assert time.monotonic() < deadline, "the proposals were not all applied"
-            await asyncio.sleep(0.02)
-
-    run_rafts(nodes, scenario)
+    run_rafts(nodes, lambda: _propose_to_the_leader(nodes, machines, slow_inode, decided, 0))
 
     assert len(decided) == PROPOSALS
     # every node applied the same commands: the same state
@@ -129,28 +112,40 @@ def test_entries_written_while_a_sync_runs_get_a_sync_of_their_own(
     monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(slow_fsync))
     decided: list[bool] = []
 
-    async def scenario() -> None:
-        deadline = time.monotonic() + 30
-        while not any(node.is_leader() for node in nodes.values()):
-            assert time.monotonic() < deadline, "no leader was elected"
-            await asyncio.sleep(0.02)
-        leader = next(node for node in nodes.values() if node.is_leader())
-        journal = leader._link.journal()
-        assert journal is not None
-        slow_inode.append(os.stat(journal.path).st_ino)
-        for below in range(1, PROPOSALS + 1):  # one every 10 ms: several per slow sync
-            command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
-            leader.propose(command, lambda ok, why: decided.append(ok))
-            await asyncio.sleep(SLOW_SYNC_S / 10)
-        while len(decided) < PROPOSALS or any(
-            m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
-        ):
-            assert time.monotonic() < deadline, "the proposals were not all applied"
-            await asyncio.sleep(0.02)
-
-    run_rafts(nodes, scenario)
+    # one proposal every 10 ms: several are written during each slow sync
+    pause_s = SLOW_SYNC_S / 10
+    run_rafts(nodes, lambda: _propose_to_the_leader(nodes, machines, slow_inode, decided, pause_s))
 
     assert len(decided) == PROPOSALS
     states = [m.state.to_json() for m in machines.values()]
     assert all(state == states[0] for state in states)
     assert most == {slow_inode[0]: RAFT_SYNCS_IN_FLIGHT}, most
+
+
+async def _propose_to_the_leader(
+    nodes: dict[str, RaftNode],
+    machines: dict[str, SequencerMachine],
+    slow_inode: list[int],
+    decided: list[bool],
+    pause_s: float,
+) -> None:
+    """Once a leader is elected, name its journal in ``slow_inode``, propose ``PROPOSALS``
+    prunes to it ``pause_s`` apart (the state takes them in any order), and wait until
+    each was decided and every node applied them all."""
+    deadline = time.monotonic() + 30
+    while not any(node.is_leader() for node in nodes.values()):
+        assert time.monotonic() < deadline, "no leader was elected"
+        await asyncio.sleep(0.02)
+    leader = next(node for node in nodes.values() if node.is_leader())
+    journal = leader._link.journal()
+    assert journal is not None
+    slow_inode.append(os.stat(journal.path).st_ino)
+    for below in range(1, PROPOSALS + 1):
+        command = b'{"t":"prune","below":%d,"reason":"x","ts":1}' % below
+        leader.propose(command, lambda ok, why: decided.append(ok))
+        await asyncio.sleep(pause_s)
+    while len(decided) < PROPOSALS or any(
+        m.state.rejected + m.state.prunes < PROPOSALS for m in machines.values()
+    ):
+        assert time.monotonic() < deadline, "the proposals were not all applied"
+        await asyncio.sleep(0.02)

@@ -111,3 +111,23 @@ def test_a_torn_tail_is_cut_and_the_journal_opens(tmp_path: Path, damage: str) -
         assert again[-1][1] == kept + 1
     finally:
         again._destroy()
+
+
+def test_each_sync_has_an_open_file_description_of_its_own(journal: SyncedJournal) -> None:
+    """Two syncs at once must each hear of a failed writeback: it is reported once per
+    open file description, so neither may be a duplicate of the other's (or of
+    pysyncobj's own descriptor)."""
+    journal.add(b"a", 1, 1)
+    own = journal._FileJournal__journalFile._ResizableFile__f.fileno()
+    own_at = os.lseek(own, 0, os.SEEK_CUR)
+    first = journal.begin_sync()[3]
+    second = journal.begin_sync()[3]
+    try:
+        assert os.fstat(first).st_ino == os.fstat(second).st_ino == os.fstat(own).st_ino
+        moved_to = own_at + 7
+        os.lseek(first, moved_to, os.SEEK_SET)  # a shared description would move for all
+        assert os.lseek(second, 0, os.SEEK_CUR) == 0
+        assert os.lseek(own, 0, os.SEEK_CUR) == own_at
+    finally:
+        fsync_and_close(first)
+        fsync_and_close(second)

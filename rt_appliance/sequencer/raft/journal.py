@@ -198,9 +198,15 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
     def begin_sync(self) -> tuple[int, int, int, int]:
         """(generation, last index, cuts, a descriptor of the file to fsync and close).
 
-        The descriptor is a duplicate: pysyncobj reopens the file when it grows it."""
+        The descriptor is the file pysyncobj has open (it reopens it when it grows it),
+        opened again: an open file description of its own, not a ``dup``. A failed
+        writeback is reported once per open file description, so two syncs running at
+        once through duplicates of one could see it once between them, and the other
+        report success for pages that never reached the disk; each sees it so."""
         resizable = self._FileJournal__journalFile
-        fd = os.dup(resizable._ResizableFile__f.fileno())
+        fd = os.open(
+            f"/proc/self/fd/{resizable._ResizableFile__f.fileno()}", os.O_RDONLY | os.O_CLOEXEC
+        )
         return self.written, self.last_index(), self.cuts, fd
 
     @staticmethod

@@ -192,8 +192,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
         future: asyncio.Future[None],
     ) -> None:
         self._syncing -= 1
-        if self._closing:
-            return
+        if self._closing or self.link.failure is not None:
+            return  # after a failed sync no later one counts: the node stops
         exc = future.exception() if not future.cancelled() else RuntimeError("cancelled")
         if exc is not None:
             self.link.fail(exc)  # nothing held is sent: the node stops

@@ -290,7 +290,8 @@ RAFT_HELD_MAX = 10_000
 # Syncs of a node's raft journal running at once. Entries written while one runs get a
 # sync of their own at once instead of waiting for its end: at 5,000 msg/s on a 2-core
 # machine sharing one disk, a leader had its entries synced (and applied them) about
-# 1.5 ms sooner with 2 than with 1; 3 were no better than 2 (docs/BENCHMARKS.md).
+# 1.3-1.4 ms sooner with 2 than with 1 (medians of three runs each); 3 were no better
+# than 2 (docs/BENCHMARKS.md).
 RAFT_SYNCS_IN_FLIGHT = 2
 # A node's own proposals kept decoded until they commit (SequencerMachine.proposing):
 # sequencer.max_inflight is at most 1024, so only proposals that never commit fall out.

@@ -311,6 +311,16 @@ RAFT_LISTEN_RETRY_S, RAFT_LISTEN_WARN_EVERY_S = 1.0, 5.0
 # Raft's timers are checked at least this often (pysyncobj's autoTickPeriod), and a
 # timer tick comes this long after the deadline it serves.
 RAFT_TICK_S, RAFT_TIMER_SLACK_S = 0.1, 0.001
+# A follower's timer serves its election deadline, and checks at least this often. Every
+# message from the leader ticks a follower (and puts the deadline back), so a shorter
+# timer would only wake an idle node between heartbeats for nothing (docs/BENCHMARKS.md,
+# "An idle node answers less").
+RAFT_FOLLOWER_TICK_S = 1.0
+# A follower in step answers a heartbeat that brought it nothing new (the answer would
+# repeat its last one) at most once per raft_min_timeout_ms, and at least this many times
+# within the leader's fallback timeout: the leader learns nothing from a repeat, and still
+# hears from each follower often enough to know that a majority is there.
+RAFT_QUIET_ANSWERS_PER_FALLBACK = 4
 # A tick applies at most this many committed entries: a restarting node replays its
 # journal a batch at a time while it already listens, votes and takes appends.
 RAFT_APPLY_BATCH = 256
@@ -443,6 +453,8 @@ invariant(
 )
 invariant(RAFT_DIAL_BACKOFF_FIRST_S < RAFT_DIAL_BACKOFF_MAX_S, "raft dial backoff grows")
 invariant(RAFT_TIMER_SLACK_S < RAFT_TICK_S, "a raft timer tick comes before the next tick")
+invariant(RAFT_TICK_S <= RAFT_FOLLOWER_TICK_S, "a follower's timer is no busier than a leader's")
+invariant(RAFT_QUIET_ANSWERS_PER_FALLBACK >= 2, "a lost answer does not unseat the leader")
 invariant(JOURNAL_FULL_RETRY_S < JOURNAL_FULL_LOG_EVERY_S, "a full journal is logged, not spammed")
 invariant(
     SPARK_BATCH_BYTES

@@ -177,7 +177,9 @@ def cluster_bench(
                 delivered) the time since publish (p50, p99); the nodes' CPU
                 (and the client daemons' with --clients daemons) and the
                 applications', as a share of one core, during the traffic,
-                and the nodes' during --quiet-seconds with no traffic before it
+                and, before the run at --idle-rate, the nodes' during
+                --quiet-seconds with no traffic (a stream of its own, not
+                traced, from 3 s after a subscriber connected)
     memory      RSS of every rt node process while --memory-messages pass (once)
 
     A run that makes no progress for --stall-seconds is reported with the nodes'

@@ -46,10 +46,17 @@ def floor_bench(
 
     Each at --idle-rate and at 1,000 per second (one per millisecond, the
     publishing tick of the latency runs): latency p50 and p99, CPU per step.
-    Then two floors for a 3-node stream on this machine: the idle latency (the
-    steps one after another on a message's path, at their p50) and the
-    daemons' CPU at one publishing tick per millisecond (every step a tick
-    causes in every daemon). See docs/BENCHMARKS.md for the counts.
+    Then the floors of a 3-node stream on this machine, each as an idle
+    latency (the steps one after another, at their p50) and as the CPU of one
+    trip per publishing tick of a millisecond:
+
+    
+    floor                 a message's path as rt lays it out, Publisher to
+                          rt node to Subscriber: 4 tls, 1 sync, 3 thread
+    floor between hosts   what any 3-node stream crosses between hosts:
+                          4 tls (publisher, entry, answer, subscriber), 1 sync
+
+    See docs/BENCHMARKS.md, "rt bench floor", for the steps.
     """
     from rt_lab.bench.floor import LOOPS, FloorResults, run_floor_bench
 

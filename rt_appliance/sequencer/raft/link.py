@@ -11,12 +11,24 @@ from pysyncobj.node import Node, TCPNode
 
 from rt_appliance import trace
 from rt_appliance.config.model import HostRole, NodeConfig, StreamConfig
-from rt_appliance.limits import RAFT_PEER_TIMEOUT_MIN_S, RAFT_UNACKED_MIN_S
+from rt_appliance.limits import (
+    RAFT_LEADER_FALLBACK_MIN_S,
+    RAFT_PEER_TIMEOUT_MIN_S,
+    RAFT_QUIET_ANSWERS_PER_FALLBACK,
+    RAFT_UNACKED_MIN_S,
+)
 from rt_appliance.sequencer.raft.journal import JOURNALS, SyncedJournal
 
-__all__ = ["Link", "address"]
+__all__ = ["Link", "address", "leader_fallback_s"]
 
 log = logging.getLogger(__name__)
+
+
+def leader_fallback_s(config: StreamConfig) -> float:
+    """How long a leader that hears from no majority keeps leading (pysyncobj's
+    ``leaderFallbackTimeout``): twice the longest election timeout, at least
+    ``RAFT_LEADER_FALLBACK_MIN_S``."""
+    return max(config.sequencer.raft_max_timeout_ms / 1000 * 2, RAFT_LEADER_FALLBACK_MIN_S)
 
 
 class Link:
@@ -31,6 +43,13 @@ class Link:
         )
         # sent bytes unacknowledged this long: the connection is dropped and dialled again
         self.unacked_s = max(RAFT_UNACKED_MIN_S, config.sequencer.raft_max_timeout_ms / 1000)
+        # a leader hearing from no majority this long becomes a follower (pysyncobj)
+        self.leader_fallback_s = leader_fallback_s(config)
+        # a follower in step repeats a heartbeat's answer no sooner than this (Peer.repeats)
+        self.quiet_answer_s = min(
+            config.sequencer.raft_min_timeout_ms / 1000,
+            self.leader_fallback_s / RAFT_QUIET_ANSWERS_PER_FALLBACK,
+        )
         self.by_address = {address(config, n): n for n in config.nodes}
         self.refusals: collections.Counter[str] = collections.Counter()
         self.on_refused: Callable[[str], None] | None = None

@@ -4,8 +4,9 @@
   :meth:`RaftNode.run` ticks raft on the sequencer's event loop, at once when a message
   arrives, a proposal is made or a peer comes or goes, and otherwise when raft's next
   timer is due (the leader's next heartbeat, a follower's election deadline; at least
-  every ``limits.RAFT_TICK_S``). The TLS links are asyncio streams on the same loop, so a message
-  costs no hand-over between threads.
+  every ``limits.RAFT_TICK_S`` on a leader, ``limits.RAFT_FOLLOWER_TICK_S`` on a
+  follower, which every message from the leader ticks). The TLS links are asyncio
+  streams on the same loop, so a message costs no hand-over between threads.
 * **Replicated methods never raise.** :meth:`_Replicated.apply` hands the command bytes
   to the state machine and logs and counts anything it raises; a malformed command is
   rejected by the state machine identically on every node. A committed entry is applied
@@ -55,7 +56,7 @@ from rt_appliance.limits import (
     RAFT_CONNECTION_TIMEOUT_MIN_S,
     RAFT_DNS_CACHE_S,
     RAFT_DNS_FAIL_CACHE_S,
-    RAFT_LEADER_FALLBACK_MIN_S,
+    RAFT_FOLLOWER_TICK_S,
     RAFT_SNAPSHOT_BATCH_BYTES,
     RAFT_SOCKET_BUFFER_BYTES,
     RAFT_TICK_FAILURE_LOG_EVERY_S,
@@ -68,7 +69,7 @@ from rt_appliance.sequencer.raft import patches
 from rt_appliance.sequencer.raft.codec import UNDECODABLE
 from rt_appliance.sequencer.raft.compaction import CompactionPolicy
 from rt_appliance.sequencer.raft.joining import Joining, no_raft_state
-from rt_appliance.sequencer.raft.link import Link, address
+from rt_appliance.sequencer.raft.link import Link, address, leader_fallback_s
 from rt_appliance.sequencer.raft.prevote import PreVote
 from rt_appliance.sequencer.raft.transport import TlsTransport
 
@@ -261,7 +262,10 @@ class RaftNode:
         left = due - time.monotonic()
         # a deadline already past was served by the tick that just ran (an election
         # waits for a peer to be connected, and a connection kicks a tick)
-        delay = min(left + RAFT_TIMER_SLACK_S, RAFT_TICK_S) if left > 0 else RAFT_TICK_S
+        # (a follower is ticked by each of the leader's messages, which put its deadline
+        # back: it needs no timer between them)
+        most = RAFT_TICK_S if obj._isLeader() else RAFT_FOLLOWER_TICK_S
+        delay = min(left + RAFT_TIMER_SLACK_S, most) if left > 0 else RAFT_TICK_S
         if self._timer is not None:
             self._timer.cancel()
         self._timer = loop.call_later(delay, self._tick)
@@ -738,7 +742,7 @@ def _conf(
         appendEntriesPeriod=seq.append_entries_period_ms / 1000,
         connectionTimeout=max(max_timeout, RAFT_CONNECTION_TIMEOUT_MIN_S),
         connectionRetryTime=RAFT_CONNECTION_RETRY_S,
-        leaderFallbackTimeout=max(max_timeout * 2, RAFT_LEADER_FALLBACK_MIN_S),
+        leaderFallbackTimeout=leader_fallback_s(config),
         # pysyncobj's sends per entry and per commit are off: RaftNode sends what a tick
         # made new at its end, at once and in one message per follower (_send_news); and
         # pysyncobj makes no wake-up pipe: raft is ticked by RaftNode.run, propose kicks it

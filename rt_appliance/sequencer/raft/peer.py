@@ -140,12 +140,18 @@ class Peer:
         """Whether ``answer`` (a follower's ``next_node_idx``) says only what its last
         success on this connection said, less than ``within_s`` ago: the leader knows it.
 
-        pysyncobj's follower answers every append, and a leader's commit news is an
-        append with no entries: its answer repeats the one to the entries, a few
-        milliseconds before (a send and a wake on both sides per message, for nothing).
-        Heartbeats come every ``append_entries_period_ms``, more than ``within_s`` apart,
-        so the leader still hears from the follower that often."""
-        said = (answer.get("next_node_idx"), answer.get("reset"), answer.get("success"))
+        pysyncobj's follower answers every append, and both a leader's commit news and
+        its heartbeat are appends with no entries: the answer to each repeats the last
+        one (a send and a wake on both sides per message, for nothing). ``within_s`` is
+        :attr:`Link.quiet_answer_s`: an idle follower answers every few heartbeats, so
+        the leader still hears from it several times within its fallback timeout. An
+        answer that says anything new (an index, a failure, another term) goes at once."""
+        said = (
+            answer.get("next_node_idx"),
+            answer.get("reset"),
+            answer.get("success"),
+            answer.get("term"),
+        )
         now = time.monotonic()
         if said == self.last_answer and said[2] is True and now - self.last_answer_at < within_s:
             return True

@@ -78,8 +78,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._closing = False
         # messages waiting for a journal sync: (peer, frame, journal generation before it)
         self._held: collections.deque[tuple[Peer, bytes, int]] = collections.deque()
-        # an answer repeating the last one within this is not sent (Peer.repeats)
-        self._same_answer_s = link.config.sequencer.append_entries_period_ms / 2000
+
         self._syncing = 0  # journal syncs running
         self._sync_covers = 0  # the journal generation the newest running sync covers
         # sees each peer's message first; True: it was handled (pre-vote, :mod:`.prevote`)
@@ -130,7 +129,8 @@ class TlsTransport(Transport):  # type: ignore[misc]
             and not peer.may_append()
         ):
             return True  # held back until the follower answers; raft resends from its answer
-        if message.get("type") == "next_node_idx" and peer.repeats(message, self._same_answer_s):
+        quiet_s = self.link.quiet_answer_s
+        if message.get("type") == "next_node_idx" and peer.repeats(message, quiet_s):
             return True  # the leader has this very answer already (Peer.repeats)
         # Nothing leaves before the journal is on disk (the term and the vote are already:
         # the journal saves them when pysyncobj sets them), with one exception below. It

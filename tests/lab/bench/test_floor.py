@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rt_lab.bench.floor import KINDS, PATH, FloorResults, StepFigures
+from rt_lab.bench.floor import HOSTS, KINDS, PATH, FloorResults, StepFigures
 
 
 def _run(latency_s: dict[int, float], cpu_s: dict[int, float]) -> dict[str, dict[int, StepFigures]]:
@@ -14,11 +14,16 @@ def _run(latency_s: dict[int, float], cpu_s: dict[int, float]) -> dict[str, dict
 def test_the_floors_add_up_the_path_step_by_step() -> None:
     found = FloorResults(20, 1000, [_run({20: 300e-6, 1000: 80e-6}, {20: 250e-6, 1000: 70e-6})])
     by_name = {r.name: r for r in found.results()}
-    steps = sum(PATH.values())
-    assert by_name["floor: idle latency along the path"].median == pytest.approx(steps * 0.3)
-    # every tick's own trip: 70 us per step, a thousand ticks a second, as a share of a core
-    cpu = by_name["floor: daemons' CPU at one tick per ms"].median
-    assert cpu == pytest.approx(100 * steps * 70e-6 * 1000)
+    for label, counts in (("", PATH), (" between hosts", HOSTS)):
+        steps = sum(counts.values())
+        idle = by_name[f"floor{label}: idle latency along the path"]
+        assert idle.median == pytest.approx(steps * 0.3)
+        # every tick's own trip: 70 us per step, a thousand ticks a second, of a core
+        cpu = by_name[f"floor{label}: CPU at one tick per ms"].median
+        assert cpu == pytest.approx(100 * steps * 70e-6 * 1000)
+    # rt's layout: the hops between hosts, and its hand-offs to threads besides
+    assert PATH["tls"] == HOSTS["tls"] == 4 and PATH["sync"] == HOSTS["sync"] == 1
+    assert PATH["thread"] > HOSTS["thread"] == 0 and PATH["inotify"] == 0
     assert by_name["tls at 1,000/s: CPU per step"].median == pytest.approx(70)
     assert by_name["sync at 20/s: latency p50"].median == pytest.approx(300)
 

@@ -127,7 +127,10 @@ class Suite:
     def traced(self, work: Path, run: int) -> None:
         for rate in self.traces.rates:
             got = measure_trace(
-                dataclasses.replace(self.opts, latency_rate=rate), work / f"{rate}", self.progress
+                dataclasses.replace(self.opts, latency_rate=rate),
+                work / f"{rate}",
+                self.progress,
+                quiet=rate == self.traces.idle_rate,
             )
             self.traces.add(got)
             self.progress("  " + self.traces.summary(got))

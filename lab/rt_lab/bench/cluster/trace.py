@@ -43,6 +43,9 @@ CLIENT_DAEMONS = ("push-client", "pull-client")  # with --clients daemons
 # the rows of the CPU table: the nodes' processes (rt node), the client daemons if any,
 # and the applications (with the clients in process, their push and pull clients' too)
 CPU_ROWS = ("node", *CLIENT_DAEMONS, "applications")
+# The quiet phase's CPU is measured from this long after the subscriber connected: what a
+# start costs (handshakes, the first compaction, caches) is not an idle stream's.
+QUIET_SETTLE_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,18 +67,50 @@ class TraceRun:
     idle_cpu: dict[str, float]  # the same with no traffic
 
 
-def measure_trace(opts: ClusterBenchOptions, work: Path, progress: Progress) -> TraceRun:
-    """One traced run at ``opts.latency_rate`` msg/s in total."""
+def measure_trace(
+    opts: ClusterBenchOptions, work: Path, progress: Progress, quiet: bool = False
+) -> TraceRun:
+    """One traced run at ``opts.latency_rate`` msg/s in total; with ``quiet``, first the
+    nodes' CPU with no traffic, on a stream of its own that is not traced (writing the
+    trace costs an idle node as much as the idle stream itself)."""
+    idle_cpu = _quiet_cpu(opts, work / "quiet", progress) if quiet else {}
     trace_dir = work / "trace"
     os.environ[trace.ENV] = str(trace_dir)
     try:
-        return _traced_run(opts, work, progress, trace_dir)
+        return _traced_run(opts, work, progress, trace_dir, idle_cpu)
     finally:
         os.environ.pop(trace.ENV, None)
 
 
+def _node_pids(b: Bench, opts: ClusterBenchOptions) -> dict[str, int]:
+    """Each node's process (the harness keys it as its unit, the sequencer), and the
+    client daemons' with ``--clients daemons``."""
+    pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
+    for role in CLIENT_DAEMONS if not opts.in_process else ():
+        pids.update({f"{role}-{host}": pid for host, pid in b.pids(role).items()})
+    return pids
+
+
+def _quiet_cpu(opts: ClusterBenchOptions, work: Path, progress: Progress) -> dict[str, float]:
+    """The daemons' CPU over ``opts.quiet_s`` with no traffic, a subscriber connected,
+    from ``QUIET_SETTLE_S`` after it connected."""
+    with Bench(opts, work, progress) as b:
+        skip = started(b)
+        b.wait_leader()
+        sub = b.subscriber(expected=skip + 1, skip=skip, latency=True)
+        pids = _node_pids(b, opts)
+        time.sleep(QUIET_SETTLE_S)
+        idle_cpu = _cpu_share(pids, lambda: time.sleep(opts.quiet_s))
+        sub.kill()
+    return idle_cpu
+
+
 def _traced_run(
-    opts: ClusterBenchOptions, work: Path, progress: Progress, trace_dir: Path
+    opts: ClusterBenchOptions,
+    work: Path,
+    progress: Progress,
+    trace_dir: Path,
+    idle_cpu: dict[str, float],
 ) -> TraceRun:
     rate, count = latency_traffic(opts)
     with Bench(opts, work, progress) as b:
@@ -83,11 +118,7 @@ def _traced_run(
         leader = b.wait_leader()
         expected = skip + count * len(PUBLISHERS)
         sub = b.subscriber(expected=expected, skip=skip, latency=True)
-        # each node one process (the harness keys it as its unit, the sequencer)
-        pids = {f"node-{host}": pid for host, pid in b.pids("sequencer").items()}
-        for role in CLIENT_DAEMONS if not opts.in_process else ():
-            pids.update({f"{role}-{host}": pid for host, pid in b.pids(role).items()})
-        idle_cpu = _cpu_share(pids, lambda: time.sleep(opts.quiet_s))
+        pids = _node_pids(b, opts)
         pubs: list[Child] = []
 
         def traffic() -> None:
@@ -186,7 +217,7 @@ class TraceResults:
                     s.p99_ms
                 )
         self._cpu(run.cpu, f"at {at}", "<= 40" if busy else "-")
-        if not busy:
+        if run.idle_cpu:
             self._cpu(run.idle_cpu, "with no traffic", "<= 2")
 
     def _cpu(self, cpu: dict[str, float], when: str, target: str) -> None:
@@ -211,10 +242,10 @@ class TraceResults:
         last = run.steps[-1]
         p50 = "-" if last.p50_ms is None else f"{last.p50_ms:.2f}"
         p99 = "-" if last.p99_ms is None else f"{last.p99_ms:.2f}"
+        idle = f" ({100 * _daemons(run.idle_cpu):.1f}% with no traffic)" if run.idle_cpu else ""
         return (
             f"trace at {run.rate:,} msg/s: {run.messages:,} messages, delivered p50 {p50} ms, "
-            f"p99 {p99} ms; daemons' CPU {100 * _daemons(run.cpu):.1f}% of a core "
-            f"({100 * _daemons(run.idle_cpu):.1f}% with no traffic), "
+            f"p99 {p99} ms; daemons' CPU {100 * _daemons(run.cpu):.1f}% of a core{idle}, "
             f"applications {100 * run.cpu.get('applications', 0.0):.1f}%"
         )
 

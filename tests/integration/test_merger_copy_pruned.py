@@ -56,7 +56,10 @@ def _pruned_stream(work: Path) -> Path:
         feed.payload_bytes = 200
         feed.publish(1, 20_000)  # about 4.5 MiB merged: files 0.. pruned, 2 MiB kept
         merged = stream.merged_dir("rt-1")
-        wait_until(lambda: list_files(merged)[0].roll >= 2, 60, "the archiver to prune")
+        # (the merged directory is empty until the merger's first file)
+        wait_until(
+            lambda: any(f.roll >= 2 for f in list_files(merged)[:1]), 60, "the archiver to prune"
+        )
     finally:
         stream.stop()
     return merged

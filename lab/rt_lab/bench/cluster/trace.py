@@ -44,7 +44,7 @@ CLIENT_DAEMONS = ("push-client", "pull-client")  # with --clients daemons
 # and the applications (with the clients in process, their push and pull clients' too)
 CPU_ROWS = ("node", *CLIENT_DAEMONS, "applications")
 # The quiet phase's CPU is measured from this long after the subscriber connected: what a
-# start costs (handshakes, the first compaction, caches) is not an idle stream's.
+# start costs (handshakes, connections, first reports) is not an idle stream's.
 QUIET_SETTLE_S = 3.0
 
 
@@ -72,7 +72,7 @@ def measure_trace(
 ) -> TraceRun:
     """One traced run at ``opts.latency_rate`` msg/s in total; with ``quiet``, first the
     nodes' CPU with no traffic, on a stream of its own that is not traced (writing the
-    trace costs an idle node as much as the idle stream itself)."""
+    trace adds to what an idle node spends)."""
     idle_cpu = _quiet_cpu(opts, work / "quiet", progress) if quiet else {}
     trace_dir = work / "trace"
     os.environ[trace.ENV] = str(trace_dir)

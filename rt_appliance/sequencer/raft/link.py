@@ -43,12 +43,10 @@ class Link:
         )
         # sent bytes unacknowledged this long: the connection is dropped and dialled again
         self.unacked_s = max(RAFT_UNACKED_MIN_S, config.sequencer.raft_max_timeout_ms / 1000)
-        # a leader hearing from no majority this long becomes a follower (pysyncobj)
-        self.leader_fallback_s = leader_fallback_s(config)
         # a follower in step repeats a heartbeat's answer no sooner than this (Peer.repeats)
         self.quiet_answer_s = min(
             config.sequencer.raft_min_timeout_ms / 1000,
-            self.leader_fallback_s / RAFT_QUIET_ANSWERS_PER_FALLBACK,
+            leader_fallback_s(config) / RAFT_QUIET_ANSWERS_PER_FALLBACK,
         )
         self.by_address = {address(config, n): n for n in config.nodes}
         self.refusals: collections.Counter[str] = collections.Counter()

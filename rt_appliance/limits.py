@@ -148,6 +148,10 @@ INLINE_READ_BYTES = 64 << 10
 # thread. A chunk the application's own pull client receives smaller than
 # INLINE_READ_BYTES is written to its copy on its loop.
 INLINE_PLAN_BYTES = 64 << 10
+# The newest committed merged records a node keeps in memory for its pull connections
+# (replicate/fresh.py): sent from there as soon as they are applied, before the merger's
+# thread writes them. A connection further behind than this reads the file.
+FRESH_KEEP_RECORDS, FRESH_KEEP_BYTES = 256, 4 << 20
 # Input bytes the leader's proposals may carry in their raft entries at once (ranges no
 # majority reported holding yet; sequencer.planner). A stream keeping up carries each
 # message in its entry and waits for no report; under a backlog the reports run ahead of

@@ -93,6 +93,13 @@ class LogCursor:
             self._check_clean_end(later)
             self._open(later, 0)
 
+    def skip(self, position: Position, end: Position) -> bool:
+        """Go on at ``end`` of the current merged file, from ``position`` where reading
+        stands, without reading what lies between (:meth:`FileReader.skip_to`)."""
+        if self.reader is None or self.position != position or end.file_key != position.file_key:
+            return False
+        return self.reader.skip_to(end.offset)
+
     @property
     def at_large_record(self) -> bool:
         """Whether reading stopped at a whole record larger than ``max_record_bytes``."""

@@ -236,6 +236,17 @@ class FileReader:
         fits = self.offset + RECORD_HEADER.size + length <= self.size()
         return RECORD_HEADER.size + length if fits else 0
 
+    def skip_to(self, offset: int) -> bool:
+        """Go on at ``offset`` of a merged file without reading what lies before it: the
+        caller holds those bytes, whole merged records starting where the last one read
+        ended. False (nothing moved) unless reading stands at the end of a range."""
+        if not self.merged or self.offset != self._range_end or offset < self.offset:
+            return False
+        self.offset = self._range_end = offset
+        self._buf, self._buf_at = b"", 0
+        self.tail = None
+        return True
+
     def _enter_range(self) -> bool:
         """Read the range record at :attr:`offset` (merged log) and take its source."""
         buf = os.pread(self._fd, RECORD_HEADER.size + RANGE_READ_BYTES, self.offset)

@@ -3,8 +3,10 @@
 A message crosses a node without leaving the process: the push server syncs a chunk
 of an input and tells the sequencer at once (the report to the leader and the
 planner go out on the same loop turn, with the extent the push server knows, no
-directory walk, no second sync); the merger writes a merged range and tells the pull
-server, whose streaming connections send it at once. No inotify on the path.
+directory walk, no second sync); raft's apply of a merge that carries its input builds
+the merged record and hands it to the pull server, whose streaming connections send it
+at once from memory (``replicate/fresh.py``), while the merger writes it; the merger's
+writes wake them for the rest. No inotify on the path.
 
 Who owns what (one owner each):
 
@@ -12,9 +14,12 @@ Who owns what (one owner each):
 the event loop          the push server (connections, replicas), the pull
                         server (connections, small tail reads), raft
                         (pysyncobj, ticked by the sequencer on this loop,
-                        its TLS connections, ``apply``), the sequencer's
-                        control channel, reporter, planner loop, archiver
-                        and observer
+                        its TLS connections, ``apply``, which builds the
+                        record of a merge carrying its input), the newest
+                        committed records kept for the pull connections
+                        (``replicate/fresh.py``), the sequencer's control
+                        channel, reporter, planner loop, archiver and
+                        observer
 the merger thread       the merged log's writes and syncs (it wakes the pull
                         server after each write, before the sync)
 offload threads         the push server's syncs and raft's journal syncs
@@ -88,6 +93,7 @@ class Node:
         )
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
         self.sequencer.merger.on_progress = self.pull.changed
+        self.sequencer.machine.on_record = self.pull.fresh_record
         self.registry = CollectorRegistry()
         parts = [self.sequencer.metrics.registry, self.push.metrics.registry]
         self.registry.register(_Registries([*parts, self.pull.metrics.registry]))

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import threading
 import time
 from asyncio import StreamReader as Reader
 from asyncio import StreamWriter as Writer
@@ -60,6 +61,7 @@ from rt_appliance.replicate.fetch import (
     read_part,
     send_fetched,
 )
+from rt_appliance.replicate.fresh import FreshRecords
 from rt_appliance.replicate.topology import (
     DirectoryChanges,
     ServedStream,
@@ -132,6 +134,10 @@ class PullServer:
         )
         self._chunk_bytes = config.replication.max_frame_bytes - FRAME_MARGIN_BYTES
         self._changes: DirectoryChanges | None = None
+        # the node's newest committed records, sent from memory (replicate/fresh.py);
+        # only for the node's own merged log, on the loop's thread
+        self.fresh = FreshRecords()
+        self._loop_thread: int | None = None
         self._clients = 0  # connections being served
         self.ready = asyncio.Event()  # set once listening
 
@@ -139,6 +145,18 @@ class PullServer:
         """The served directory changed (any thread): every streaming connection looks."""
         if self._changes is not None:
             self._changes.notify()
+
+    def fresh_record(self, position: int, record: bytes, records: int) -> None:
+        """A merged record this node just applied (its bytes, checked against the commit):
+        every streaming connection that stands where it starts sends it now. On the
+        loop's thread only; anywhere else (or serving another directory) it is left to
+        the merger's write, as any record."""
+        if self._changes is None or threading.get_ident() != self._loop_thread:
+            return
+        if self.directory != self.config.data_dir_of(self.node) / "merged":
+            return
+        self.fresh.add(position, record, records)
+        self._changes.changed_here()
 
     def status_line(self) -> str:
         """One line for systemd's status: connections served."""
@@ -148,6 +166,7 @@ class PullServer:
         """Watch the directory (made if missing: the merger may not have started) and listen."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self._changes = DirectoryChanges(self.directory, watch=self._watch)
+        self._loop_thread = threading.get_ident()
         host, port = self.node.host, self.config.ports.pull
         try:
             await self._server.start(host, port)
@@ -301,8 +320,10 @@ class PullServer:
             while True:
                 seen = self._changes.generation
                 oldest = await self._announce_prune(conn, oldest)
-                chunk = stream.read() if inline else await finish_in_thread(stream.read)
-                inline = chunk is None or len(chunk[1]) < INLINE_READ_BYTES
+                chunk = self._fresh_chunk(stream)
+                if chunk is None:
+                    chunk = stream.read() if inline else await finish_in_thread(stream.read)
+                    inline = chunk is None or len(chunk[1]) < INLINE_READ_BYTES
                 if chunk is None:
                     self.metrics.lag.labels(conn.peer).set(0)
                     stale = self._stale() if time.monotonic() >= stale_check else None
@@ -328,6 +349,14 @@ class PullServer:
         except CorruptLogError as exc:
             log.error("%s: cannot serve %s: %s", self.name, conn.peer, exc)
             await conn.error(f"{self.name} cannot serve: {exc}", retryable=True)
+
+    def _fresh_chunk(self, stream: ServedStream) -> tuple[Position, bytes, int] | None:
+        """The records kept in memory from where ``stream`` stands, if any (the stream
+        then goes on after them)."""
+        fresh = self.fresh.after(int(stream.sent), self._chunk_bytes)
+        if fresh is None or not stream.skip(stream.sent, Position(fresh.end)):
+            return None
+        return Position(fresh.position), fresh.data, fresh.records
 
     def _stale(self) -> str | None:
         """Why the served merged log cannot grow now, if this node's sequencer says so."""

@@ -112,6 +112,13 @@ class DirectorySource:
         self._header_sent_for = self._cursor.file
         return chunk
 
+    def skip(self, position: Position, end: Position) -> bool:
+        """Go on at ``end``: the caller sent the whole merged records from ``position``
+        (where this source stands, in a file whose header went out) to ``end`` itself."""
+        if self._large is not None or self._header_sent_for != self._cursor.file:
+            return False
+        return self._cursor.skip(position, end)
+
     def _start_offset(self, first: int, before_file: StreamFile | None, before: Position) -> int:
         """Where the next chunk starts in the current file; ``first``: its first record."""
         current = self._cursor.file

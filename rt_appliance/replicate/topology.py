@@ -146,6 +146,14 @@ class ServedStream:
         self.sent = chunk.next_position
         return chunk.position, chunk.data, chunk.records
 
+    def skip(self, position: Position, end: Position) -> bool:
+        """The records from ``position`` to ``end`` were sent from memory: go on after
+        them (False: this stream does not stand at ``position``, nothing moved)."""
+        if position != self.sent or not self.source.skip(position, end):
+            return False
+        self.sent = end
+        return True
+
     def lag_bytes(self) -> int:
         """Bytes in the directory after :attr:`sent`."""
         return bytes_after(self.directory, self.sent.session, self.sent.roll, self.sent.offset)
@@ -177,6 +185,11 @@ class DirectoryChanges:
         self.generation += 1
         self._event.set()
         self._event = asyncio.Event()
+
+    def changed_here(self) -> None:
+        """The directory changed, or will at once (on the loop's thread): every waiting
+        connection looks now."""
+        self._changed()
 
     def notify(self) -> None:
         """The directory changed (any thread). Notices that come before the loop has

@@ -73,7 +73,7 @@ from rt_appliance.sequencer.fitness import Fitness, is_write_failure
 from rt_appliance.sequencer.inputs import Inputs
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.merged import MergedLog
-from rt_appliance.sequencer.merger import Merger
+from rt_appliance.sequencer.merger import Merger, prebuild
 from rt_appliance.sequencer.planner import Planner
 from rt_appliance.sequencer.raft import RaftNode, RaftStatus, journal
 from rt_appliance.sequencer.state import Lease, Prune
@@ -302,6 +302,7 @@ class Sequencer:
             fetcher=self.fetcher,
         )
         self.machine.listeners.append(self.wake)
+        self.machine.prebuild = prebuild  # carried merges: built once, as they are applied
         self.raft.on_settled = self.wake  # a new leader plans once its log is applied
         # the observer runs once a second, and at once when the leader changes or a
         # write fails (a leader that cannot write steps down without waiting for it)

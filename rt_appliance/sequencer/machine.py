@@ -37,6 +37,9 @@ class Committed:
     command: bytes
     watermark_before: int | None  # dedup topics: the watermark the merge filters against
     digest_after: str  # the state's digest once this merge is applied
+    # a merge that carries its input: its merged record, built as it was applied and
+    # checked against the commit (None: the merger builds it)
+    record: bytes | None = None
 
 
 class SequencerMachine:
@@ -50,6 +53,11 @@ class SequencerMachine:
         self.unsynced: collections.deque[Committed] = collections.deque()
         self.restored: tuple[int, str] | None = None  # (seq, digest) of a restored snapshot
         self.listeners: list[Callable[[], None]] = []
+        # builds the merged record of a merge carrying its input, as it is applied (None
+        # if it does not match the commit): the merger and the pull server take it
+        self.prebuild: Callable[[Merge, int | None], bytes | None] | None = None
+        # told each record so built: (where it starts, its bytes, publisher records)
+        self.on_record: Callable[[int, bytes, int], None] | None = None
         self.last_carried = False  # whether the last merge applied carried its input
         # this node's own proposals, by their bytes: applied without decoding them again
         self._proposed: dict[bytes, Instruction] = {}
@@ -75,11 +83,17 @@ class SequencerMachine:
             if isinstance(applied, Lease):  # nothing for the merger to do: the state is all
                 self.cond.notify_all()
                 return True
-            self.pending.append(Committed(applied, command, before, self.state.digest))
+            record = None
+            if isinstance(applied, Merge) and applied.data is not None and self.prebuild:
+                record = self.prebuild(applied, before)
+            self.pending.append(Committed(applied, command, before, self.state.digest, record))
             if isinstance(applied, Merge):
                 self.last_carried = applied.data is not None
                 trace.event("applied", applied.dir, applied.end, applied.seq)
             self.cond.notify_all()
+        if record is not None and self.on_record is not None:
+            assert isinstance(applied, Merge)
+            self.on_record(applied.position, record, applied.count)
         for listener in self.listeners:
             listener()
         return True

@@ -62,7 +62,7 @@ from rt_appliance.sequencer.state import (
     merged_header,
 )
 
-__all__ = ["Merger", "build_record"]
+__all__ = ["Merger", "build_record", "prebuild"]
 
 log = logging.getLogger(__name__)
 
@@ -279,7 +279,9 @@ class Merger:
                     log.warning("merger: bulk copy stopped (%s); record by record", exc)
                 if self.merged.seq >= ins.seq:
                     return
-        record = self._build(ins, item.watermark_before, local)
+        record = item.record
+        if record is None:
+            record = self._build(ins, item.watermark_before, local)
         header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
         with self._write_lock:
             self.merged.append(ins.position, record, header)
@@ -592,6 +594,16 @@ class Merger:
             if f.key < start.file_key:
                 f.path.unlink(missing_ok=True)
                 log.info("archiver: removed fully merged input %s", f.path)
+
+
+def prebuild(ins: Merge, watermark_before: int | None) -> bytes | None:
+    """The merged record of ``ins`` from the input bytes it carries, if it matches the
+    commit and holds a publisher record (None: the merger builds it, or finds it
+    elsewhere). Called as the merge is applied, on the thread raft applies on."""
+    if ins.data is None or ins.count == 0:
+        return None
+    record = _rebuild(ins, ins.data, watermark_before)
+    return record if _matches(record, ins) else None
 
 
 def _matches(record: bytes, ins: Merge) -> bool:

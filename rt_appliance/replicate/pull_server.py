@@ -92,6 +92,11 @@ class ServerMetrics:
         self.registry = r = CollectorRegistry()
         self.sent_bytes = Counter("rt_pull_server_sent_bytes", "Bytes sent", registry=r)
         self.sent_records = Counter("rt_pull_server_sent_records", "Records sent", registry=r)
+        self.from_memory = Counter(
+            "rt_pull_server_from_memory_records",
+            "Records sent from memory as they were applied, before the merged log held them",
+            registry=r,
+        )
         self.connections = Gauge("rt_pull_server_connections", "Clients connected", registry=r)
         self.accepted = Counter("rt_pull_server_accepted", "Handshakes passed", registry=r)
         self.rejected = Counter("rt_pull_server_rejected", "Connections refused", registry=r)
@@ -146,17 +151,18 @@ class PullServer:
         if self._changes is not None:
             self._changes.notify()
 
-    def fresh_record(self, position: int, record: bytes, records: int) -> None:
+    def fresh_record(self, position: int, record: bytes, records: int) -> bool:
         """A merged record this node just applied (its bytes, checked against the commit):
         every streaming connection that stands where it starts sends it now. On the
         loop's thread only; anywhere else (or serving another directory) it is left to
-        the merger's write, as any record."""
+        the merger's write, as any record (False)."""
         if self._changes is None or threading.get_ident() != self._loop_thread:
-            return
+            return False
         if self.directory != self.config.data_dir_of(self.node) / "merged":
-            return
+            return False
         self.fresh.add(position, record, records)
         self._changes.changed_here()
+        return True
 
     def status_line(self) -> str:
         """One line for systemd's status: connections served."""
@@ -356,6 +362,7 @@ class PullServer:
         fresh = self.fresh.after(int(stream.sent), self._chunk_bytes)
         if fresh is None or not stream.skip(stream.sent, Position(fresh.end)):
             return None
+        self.metrics.from_memory.inc(fresh.records)
         return Position(fresh.position), fresh.data, fresh.records
 
     def _stale(self) -> str | None:

@@ -40,6 +40,7 @@ class Committed:
     # a merge that carries its input: its merged record, built as it was applied and
     # checked against the commit (None: the merger builds it)
     record: bytes | None = None
+    sent: bool = False  # that record was handed to the pull server as it was applied
 
 
 class SequencerMachine:
@@ -56,8 +57,9 @@ class SequencerMachine:
         # builds the merged record of a merge carrying its input, as it is applied (None
         # if it does not match the commit): the merger and the pull server take it
         self.prebuild: Callable[[Merge, int | None], bytes | None] | None = None
-        # told each record so built: (where it starts, its bytes, publisher records)
-        self.on_record: Callable[[int, bytes, int], None] | None = None
+        # told each record so built (where it starts, its bytes, publisher records), on
+        # the thread that applies; True if it took it (its connections were woken)
+        self.on_record: Callable[[int, bytes, int], bool] | None = None
         self.last_carried = False  # whether the last merge applied carried its input
         # this node's own proposals, by their bytes: applied without decoding them again
         self._proposed: dict[bytes, Instruction] = {}
@@ -83,17 +85,18 @@ class SequencerMachine:
             if isinstance(applied, Lease):  # nothing for the merger to do: the state is all
                 self.cond.notify_all()
                 return True
-            record = None
+            record, sent = None, False
             if isinstance(applied, Merge) and applied.data is not None and self.prebuild:
                 record = self.prebuild(applied, before)
-            self.pending.append(Committed(applied, command, before, self.state.digest, record))
+                if record is not None and self.on_record is not None:
+                    sent = self.on_record(applied.position, record, applied.count)
+            self.pending.append(
+                Committed(applied, command, before, self.state.digest, record, sent)
+            )
             if isinstance(applied, Merge):
                 self.last_carried = applied.data is not None
                 trace.event("applied", applied.dir, applied.end, applied.seq)
             self.cond.notify_all()
-        if record is not None and self.on_record is not None:
-            assert isinstance(applied, Merge)
-            self.on_record(applied.position, record, applied.count)
         for listener in self.listeners:
             listener()
         return True

@@ -29,6 +29,7 @@ from rt_appliance.errors import RTError
 from rt_appliance.limits import (
     FETCH_BYTES,
     FETCH_PEER_PENALTY_S,
+    FRESH_KEEP_RECORDS,
     INPUT_POLL_S,
     MERGED_SYNC_EVERY_S,
     MERGER_IDLE_WAIT_S,
@@ -145,6 +146,7 @@ class Merger:
         self._history_below = _last_recorded_prune(history)
         self._synced_at = time.monotonic()  # the merged log's last sync (_sync_in)
         self._written = False  # carried out or copied something since (_sync_in)
+        self._quiet = False  # the record just written was sent as it was applied
 
     def start(self) -> None:
         self._thread.start()
@@ -237,8 +239,14 @@ class Merger:
                 self.machine.done(item)
             # the pull server may send what was written before it is synced: every record
             # is a committed instruction's, so a node that loses it to a crash writes the
-            # same bytes again from its raft journal (or snapshot) and its inputs
-            self.on_progress()
+            # same bytes again from its raft journal (or snapshot) and its inputs. A record
+            # its connections were handed as it was applied needs no second wake, unless
+            # it starts a file (its header goes from the file) or this thread is so far
+            # behind the applies that the pull server may no longer keep the record
+            quiet = self._quiet and len(self.machine.pending) <= FRESH_KEEP_RECORDS // 2
+            self._quiet = False
+            if not quiet:
+                self.on_progress()
 
     def _carry_out(self, item: Committed) -> None:
         ins = item.instruction
@@ -282,7 +290,9 @@ class Merger:
         record = item.record
         if record is None:
             record = self._build(ins, item.watermark_before, local)
-        header = merged_header(self.stream, Position(ins.position).roll, ins.ts)
+        roll = Position(ins.position).roll
+        header = merged_header(self.stream, roll, ins.ts)
+        self._quiet = item.sent and roll == self.merged.roll
         with self._write_lock:
             self.merged.append(ins.position, record, header)
         trace.event("merged", "-", ins.seq, int(self.merged.end))

@@ -148,6 +148,13 @@ INLINE_READ_BYTES = 64 << 10
 # thread. A chunk the application's own pull client receives smaller than
 # INLINE_READ_BYTES is written to its copy on its loop.
 INLINE_PLAN_BYTES = 64 << 10
+# A node's in/ directory is listed again at most this often when its push server (in the
+# same process) names the inputs it writes: a new input comes through it at once, and the
+# listing only finds what came another way. It was a stat of the directory per planner step.
+INPUT_LISTING_EVERY_S = 1.0
+# A pull connection looks for a new oldest file (to send PRUNE) at most this often, and
+# after each wake by the merger (a prune or a new file comes with one): not a stat per send.
+PRUNE_CHECK_EVERY_S = 0.5
 # The newest committed merged records a node keeps in memory for its pull connections
 # (replicate/fresh.py): sent from there as soon as they are applied, before the merger's
 # thread writes them. A connection further behind than this reads the file.

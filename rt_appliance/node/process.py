@@ -90,6 +90,7 @@ class Node:
             held=self.push.held,
             written=self.push.written,
             ended=self.push.file_end,
+            known=self.push.names,
         )
         self.pull = PullServer(config, name, ServerMetrics(), watch=False)
         self.sequencer.merger.on_progress = self.pull.changed

@@ -48,6 +48,7 @@ from rt_appliance.limits import (
     HANDSHAKE_TIMEOUT_S,
     INLINE_READ_BYTES,
     LAG_UPDATE_S,
+    PRUNE_CHECK_EVERY_S,
     REFUSAL_DRAIN_S,
     SHUTDOWN_GRACE_S,
     STALE_CHECK_S,
@@ -143,11 +144,14 @@ class PullServer:
         # only for the node's own merged log, on the loop's thread
         self.fresh = FreshRecords()
         self._loop_thread: int | None = None
+        self._oldest_due = 0.0  # when to look for a new oldest file again (monotonic)
+        self._oldest_seen: Position | None = None
         self._clients = 0  # connections being served
         self.ready = asyncio.Event()  # set once listening
 
     def changed(self) -> None:
         """The served directory changed (any thread): every streaming connection looks."""
+        self._oldest_due = 0.0  # a prune or a new file: look at once
         if self._changes is not None:
             self._changes.notify()
 
@@ -372,8 +376,12 @@ class PullServer:
         return merged_log_stale(self.config, self.node)
 
     async def _announce_prune(self, conn: Connection, told: Position | None) -> Position | None:
-        """PRUNE {before: the oldest file's start} when it differs from what ``conn`` was told."""
-        oldest = self._oldest.get()
+        """PRUNE {before: the oldest file's start} when it differs from what ``conn`` was told
+        (looked for after each wake by the merger, else every ``PRUNE_CHECK_EVERY_S``)."""
+        now = time.monotonic()
+        if now >= self._oldest_due:
+            self._oldest_seen, self._oldest_due = self._oldest.get(), now + PRUNE_CHECK_EVERY_S
+        oldest = self._oldest_seen
         if oldest is not None and oldest != told:
             await conn.send(FrameType.PRUNE, {"before": int(oldest)})
             self.metrics.prunes.inc()

@@ -76,6 +76,10 @@ class PushServer:
         replica = self._replicas.get(name)
         return None if replica is None else replica.end
 
+    def names(self) -> list[str]:
+        """The replicas this server has open (every input a publisher offered it)."""
+        return list(self._replicas)
+
     def file_end(self, name: str, key: tuple[int, int]) -> FileEnd | None:
         """How file ``key`` of the replica ``name`` ended, if a sender was seen moving on
         from it since this server started (:meth:`ReplicaDir.file_end`)."""

@@ -35,7 +35,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -250,13 +250,14 @@ class Sequencer:
         held: Callable[[str], Position | None],
         written: Callable[[str], Position | None] | None = None,
         ended: Callable[[str, tuple[int, int]], FileEnd | None] | None = None,
+        known: Callable[[], Iterable[str]] | None = None,
     ) -> None:
         """``held``: how far the node's push server holds an input, synced (None: not
         known there); the push server calls :meth:`input_synced` after each sync.
         ``written``: how far it has written one, synced or not; it calls
         :meth:`input_written` after each write (the leader may carry those bytes).
         ``ended``: how a file of an input ended, if it saw the sender move on from it
-        (the leader carries on into the next file)."""
+        (the leader carries on into the next file). ``known``: the inputs it writes."""
         self.config, self.name = config, node_name
         node = config.node(node_name)
         self.data_dir = config.data_dir_of(node)
@@ -269,6 +270,7 @@ class Sequencer:
             held=held,
             written=written,
             ended=ended,
+            known=known,
         )
         self.merged = MergedLog(self.data_dir / "merged")
         self.fetcher = PeerFetcher(config, node_name)

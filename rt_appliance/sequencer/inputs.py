@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rt_appliance.limits import (
     FILE_ENDS_REPORTED,
+    INPUT_LISTING_EVERY_S,
     INPUT_SCAN_BYTES,
     MAX_FILE_HEADER_BYTES,
     UNBOUNDED_SCAN_RECORDS,
@@ -343,11 +345,15 @@ class Inputs:
         held: Callable[[str], Position | None] | None = None,
         written: Callable[[str], Position | None] | None = None,
         ended: Callable[[str, tuple[int, int]], FileEnd | None] | None = None,
+        known: Callable[[], Iterable[str]] | None = None,
     ) -> None:
+        """``known``: the inputs this node's push server writes (None: no push server in
+        this process; the directory is listed, by one stat while unchanged, at each call)."""
         self.in_dir, self._sync, self._held, self._written = in_dir, sync, held, written
-        self._ended = ended
+        self._ended, self._known = ended, known
         self._dirs: dict[str, InputDir] = {}
         self._listing = ListingCache(in_dir, _input_names)
+        self._listed: tuple[float, frozenset[str]] | None = None  # (when, listing)
 
     @property
     def tracks_writes(self) -> bool:
@@ -363,7 +369,12 @@ class Inputs:
         return d
 
     def names(self) -> list[str]:
-        return sorted(self._listing.get().union(self._dirs))
+        if self._known is None:
+            return sorted(self._listing.get().union(self._dirs))
+        listed, now = self._listed, time.monotonic()
+        if listed is None or now - listed[0] >= INPUT_LISTING_EVERY_S:
+            listed = self._listed = (now, self._listing.get())
+        return sorted(listed[1].union(self._dirs, self._known()))
 
     def extents(self) -> dict[str, int]:
         return {name: int(self.get(name).extent()) for name in self.names()}

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from rt_appliance import Subscriber
 from rt_appliance.publish import Publisher
 from rt_lab.testing.checkers import assert_clean, check_merged
 from rt_lab.testing.stream import LocalStream
+
+
+class Follower:
+    """Follows a Subscriber from a thread (``read_batches(0, follow=True)``), handing each
+    batch to ``take``; :attr:`error` is what ended the reading, if anything did."""
+
+    def __init__(self, sub: Subscriber, take: Callable[[Iterable[Any]], None]) -> None:
+        self.error: BaseException | None = None
+        self._take = take
+        self._thread = threading.Thread(target=self._run, args=(sub,), daemon=True)
+        self._thread.start()
+
+    def _run(self, sub: Subscriber) -> None:
+        try:
+            for batch in sub.read_batches(0, follow=True):
+                self._take(batch)
+        except BaseException as exc:
+            self.error = exc
+
 
 SMALL = {
     "sequencer": {"merged_roll_bytes": "1MiB", "max_range_bytes": "64KiB"},

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import itertools
 import re
-import threading
 import time
 import urllib.request
+from collections.abc import Iterable
 
 import pytest
 
-from rt_appliance import Publisher, Subscriber
+from rt_appliance import Message, Publisher, Subscriber
 from rt_appliance.clock import wall_ns
 from rt_lab.testing.cluster import wait_until
-from tests.sequencer.conftest import Feed, check_stream
+from tests.sequencer.conftest import Feed, Follower, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,24 +31,16 @@ SPACING_S = 0.5
 PROMPT_S = 0.3  # a missed wake waits for the next message or the pull server's poll
 
 
-class Reader:
+class Reader(Follower):
     """Follows a Subscriber from a thread: each message's id, merged roll and latency."""
 
     def __init__(self, sub: Subscriber) -> None:
         self.seen: list[tuple[int, int, float]] = []
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(sub,), daemon=True)
-        self._thread.start()
+        super().__init__(sub, self._take)
 
-    def _run(self, sub: Subscriber) -> None:
-        try:
-            for batch in sub.read_batches(0, follow=True):
-                now = wall_ns()
-                self.seen.extend(
-                    (m.id, m.position.roll, (now - m.timestamp_ns) / 1e9) for m in batch
-                )
-        except BaseException as exc:
-            self.error = exc
+    def _take(self, batch: Iterable[Message]) -> None:
+        now = wall_ns()
+        self.seen.extend((m.id, m.position.roll, (now - m.timestamp_ns) / 1e9) for m in batch)
 
 
 def from_memory(stream, node: str) -> float:  # type: ignore[no-untyped-def]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from rt_appliance import LogLockedError, Subscriber
 from rt_appliance.errors import UsageError
 from rt_lab.testing.cluster import wait_until
-from tests.sequencer.conftest import Feed, check_stream
+from tests.sequencer.conftest import Feed, Follower, check_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -25,21 +24,12 @@ def no_inotify(*_: object, **__: object) -> None:
     raise AssertionError("inotify used by a Subscriber that pulls")
 
 
-class Reader:
+class Reader(Follower):
     """Follows a Subscriber from a thread, collecting message ids."""
 
     def __init__(self, sub: Subscriber) -> None:
         self.ids: list[int] = []
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(sub,), daemon=True)
-        self._thread.start()
-
-    def _run(self, sub: Subscriber) -> None:
-        try:
-            for batch in sub.read_batches(0, follow=True):
-                self.ids.extend(m.id for m in batch)
-        except BaseException as exc:
-            self.error = exc
+        super().__init__(sub, lambda batch: self.ids.extend(m.id for m in batch))
 
     def wait_for(self, count: int, what: str, logs: Any) -> None:
         wait_until(lambda: len(self.ids) >= count or self.error is not None, 60, what)

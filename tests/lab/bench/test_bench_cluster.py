@@ -82,10 +82,11 @@ def test_a_tiny_cluster_bench_reports_every_figure(tmp_path: Path) -> None:
     ]
     stages = list(stage.values())
     assert all(0 < p50 <= p99 < 30_000 for p50, p99 in stages)
-    # the subscriber pulls from the leader: each message is in the leader's merged log
-    # before it is in the subscriber's copy (a follower's in/ may come later than both:
-    # while the leader carries the input, publishers send followers new writes 20 ms on)
-    assert stages[1][0] <= stages[-1][0]
+    # no order between the stages is asserted: a follower's in/ may come later than the
+    # rest (while the leader carries the input, publishers send followers new writes 20 ms
+    # on), and the leader sends a record it applied to the subscriber from memory while
+    # its merger writes it (replicate/fresh.py), so the copy may hold it before the
+    # leader's merged log does
     for rate in ("20 msg/s", "1,000 msg/s"):  # the trace: --idle-rate, then --latency-rate
         traced = median(f"trace p50 at {rate}: publish -> delivered")
         assert 0 < traced <= median(f"trace p99 at {rate}: publish -> delivered") < 30_000

@@ -143,6 +143,7 @@ class PullServer:
         # the node's newest committed records, sent from memory (replicate/fresh.py);
         # only for the node's own merged log, on the loop's thread
         self.fresh = FreshRecords()
+        self._own_merged = self.directory == config.data_dir_of(self.node) / "merged"
         self._loop_thread: int | None = None
         self._oldest_due = 0.0  # when to look for a new oldest file again (monotonic)
         self._oldest_seen: Position | None = None
@@ -160,9 +161,9 @@ class PullServer:
         every streaming connection that stands where it starts sends it now. On the
         loop's thread only; anywhere else (or serving another directory) it is left to
         the merger's write, as any record (False)."""
-        if self._changes is None or threading.get_ident() != self._loop_thread:
+        if not self._own_merged or self._changes is None:
             return False
-        if self.directory != self.config.data_dir_of(self.node) / "merged":
+        if threading.get_ident() != self._loop_thread:
             return False
         self.fresh.add(position, record, records)
         self._changes.changed_here()

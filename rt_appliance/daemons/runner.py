@@ -17,6 +17,7 @@ from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
 from rt_appliance.transport.loops import new_loop
+from rt_appliance.transport.scheduling import batch_this_thread
 
 __all__ = ["run_daemon", "serve_metrics"]
 
@@ -35,6 +36,8 @@ def run_daemon(
     ``served``), and the watchdog and status task runs on this loop until the end.
     """
     notifier = Notifier()
+    # before any thread starts: each inherits it (transport/scheduling.py says why)
+    batch_this_thread()
     # a crash in native code (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes every
     # thread's Python stack to stderr before the process dies, so the log says where
     faulthandler.enable(all_threads=True)

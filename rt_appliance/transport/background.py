@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from rt_appliance.transport.loops import new_loop
+from rt_appliance.transport.scheduling import batch_this_thread
 
 __all__ = ["LoopThread"]
 
@@ -46,6 +47,7 @@ class LoopThread:
         return self._thread.is_alive()
 
     def _run(self) -> None:
+        batch_this_thread()  # this thread only: the application's keep their policy
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_until_complete(self._body())

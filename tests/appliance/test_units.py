@@ -61,6 +61,7 @@ def test_each_role_gets_its_units_and_settings() -> None:
         "StateDirectory=rt",
         "MemoryMax=2147483648",
         "CPUWeight=300",
+        "CPUSchedulingPolicy=batch",
         "ProtectSystem=strict",
         "NoNewPrivileges=yes",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",

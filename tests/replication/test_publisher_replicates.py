@@ -4,9 +4,11 @@ application killed mid-send loses nothing (``rt push-client`` finishes the direc
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,11 @@ def replica_ids(stream: Stream, node: str) -> list[int]:
     return [m.id for m in Subscriber(stream.replica(node)).read(Position.ZERO)]
 
 
+def thread_policies(pid: int) -> set[int]:
+    """The scheduling policy of each thread of process ``pid``."""
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 def no_inotify(*_: object, **__: object) -> None:
     raise AssertionError("inotify used by a Publisher that replicates")
 
@@ -37,12 +44,20 @@ def test_publish_to_acknowledged_without_inotify(
     make_stream: Callable[..., Stream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stream = make_stream(replication={"delete_acked": False})
-    for node in NODES:
-        stream.push_server(node)
+    servers = [stream.push_server(node) for node in NODES]
     monkeypatch.setattr("rt_appliance.log.watch.DirectoryWatcher.__init__", no_inotify)
     with Publisher(stream.pub_root(), "trades", "pub-1", replicate=stream.config_path) as pub:
         first = pub.publish(b"one", id=1)
         assert pub.wait_acknowledged(timeout_s=30), stream.logs()
+        # every thread of the servers, and the sender's, under SCHED_BATCH; not the
+        # application's own (transport/scheduling.py)
+        for server in servers:
+            assert server.proc is not None
+            assert thread_policies(server.proc.pid) == {os.SCHED_BATCH}, server.name
+        sender = next(t for t in threading.enumerate() if t.name == "rt-push-trades")
+        assert sender.native_id is not None
+        assert os.sched_getscheduler(sender.native_id) == os.SCHED_BATCH
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER
         assert all(p > first for p in pub.acknowledged.values())
         for start in range(2, 5002, 1000):  # batches, then singles: each wakes the sender
             pub.publish_batch(

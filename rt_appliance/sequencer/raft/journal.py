@@ -324,8 +324,9 @@ def allocated_write(self: Any, offset: int, values: bytes) -> None:
     and goes on when room comes back, losing nothing.
 
     Zeros rather than ``posix_fallocate``: ext4 allocates the latter as unwritten
-    extents, and each sync after a store into one converts it to written in a journal
-    commit of the file system, on every raft journal sync of a growing journal (at
+    extents, and each sync after a store into one also writes the file system's
+    metadata that marks it written (a journal commit, where ext4 keeps a journal), on
+    every raft journal sync of a growing journal (at
     5,000 msg/s the p50 was 1-2 ms higher in each of six alternating pairs;
     docs/BENCHMARKS.md, "Batch scheduling"). A doubling writes as many zeros as the
     journal holds, once, and a compaction starts the journal small again."""

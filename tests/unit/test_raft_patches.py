@@ -114,7 +114,7 @@ def test_the_journal_allocates_what_it_maps(tmp_path: Path) -> None:
     # extent converts it in a journal commit of the file system
     flags = _extent_flags(path)
     if flags is None:
-        pytest.skip("this file system does not map extents (FIEMAP)")
+        pytest.skip("the temporary directory's file system does not report extents (FIEMAP)")
     assert flags and not any(f & _FIEMAP_EXTENT_UNWRITTEN for f in flags), flags
 
 

@@ -13,7 +13,9 @@ from rt_appliance.errors import UsageError
 from rt_appliance.transport.background import LoopThread
 from rt_appliance.transport.scheduling import ENV, batch_this_thread
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="Linux scheduling")
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is a Linux scheduling policy"
+)
 
 
 def in_thread(work: Callable[[], object]) -> object:

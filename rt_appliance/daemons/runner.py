@@ -16,6 +16,7 @@ from rt_appliance.daemons import metrics_http
 from rt_appliance.daemons.memory import return_freed_buffers
 from rt_appliance.daemons.notify import Notifier, Served, install_test_hooks, keep_alive
 from rt_appliance.errors import TransportError
+from rt_appliance.transport import filesync
 from rt_appliance.transport.loops import new_loop
 from rt_appliance.transport.scheduling import batch_this_thread
 
@@ -38,6 +39,7 @@ def run_daemon(
     notifier = Notifier()
     # before any thread starts: each inherits it (transport/scheduling.py says why)
     batch_this_thread()
+    filesync.mode()  # a wrong RT_FILE_SYNC is refused now, not at the first sync
     # a crash in native code (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) writes every
     # thread's Python stack to stderr before the process dies, so the log says where
     faulthandler.enable(all_threads=True)

@@ -22,7 +22,10 @@ the event loop          the push server (connections, replicas), the pull
                         observer
 the merger thread       the merged log's writes and syncs (it wakes the pull
                         server after each write, before the sync)
-offload threads         the push server's syncs and raft's journal syncs
+the kernel              raft's journal syncs, started and settled by the
+                        loop (transport/filesync.py)
+offload threads         the push server's syncs, and raft's journal syncs
+                        where the kernel does not take them
                         (transport/offload.py); they own nothing between
                         calls
 worker threads          what else the loop hands off and awaits: a planner

@@ -2,9 +2,10 @@
 
 ``asyncio.to_thread`` hands a call over through a ``concurrent.futures`` executor: a
 context copy, checks that the callable is no coroutine function, a future with a lock
-of its own, a semaphore, and a chain of callbacks back to the loop. A node makes two
-such hand-offs per message (its copy of the input, its raft journal), and that
-machinery was 5-6% of a follower's loop in py-spy at 50 msg/s. Here a call goes through one
+of its own, a semaphore, and a chain of callbacks back to the loop. A node made two
+such hand-offs per message (its copy of the input, its raft journal, which now goes to
+the kernel where it can: :mod:`.filesync`), and that machinery was 5-6% of a follower's
+loop in py-spy at 50 msg/s. Here a call goes through one
 queue to a small pool of threads, and its result comes back with one
 ``call_soon_threadsafe``.
 

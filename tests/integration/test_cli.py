@@ -11,6 +11,7 @@ import pytest
 
 from rt_appliance import __version__
 from rt_appliance.cli.docs import render_cli_markdown
+from rt_lab.testing.cluster import write_local_config
 from tests.helpers import rt
 
 pytestmark = pytest.mark.integration
@@ -144,3 +145,16 @@ def test_demo_delivers_everything_once(tmp_path: Path) -> None:
     assert summary["verify_ok"] and summary["resume_ok"]
     assert "publisher start 2: session 2" in out.stdout
     assert os.path.isdir(summary["directory"])
+
+
+def test_a_node_refuses_a_file_sync_mode_it_does_not_know(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, not at its first raft journal sync."""
+    config = write_local_config(tmp_path, nodes=1)
+    monkeypatch.setenv("RT_FILE_SYNC", "sometimes")
+    got = rt("node", "--config", str(config), "--node", "rt-1", check=False)
+    assert got.returncode == 2
+    assert got.stderr.strip() == (
+        "rt: error: RT_FILE_SYNC='sometimes': expected kernel (the default) or threads"
+    )

@@ -20,6 +20,7 @@ import pytest
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
+from rt_appliance.transport import filesync
 from tests.helpers import raft_cluster
 
 pytestmark = pytest.mark.integration
@@ -43,6 +44,9 @@ def test_eio_on_the_leaders_journal_sync_hands_the_stream_to_another_node(
             raise OSError(errno.EIO, "Input/output error")
         fsync_and_close(fd)
 
+    # the failure comes through the worker thread's sync (the kernel's reports an error
+    # the same way: tests/unit/test_filesync.py)
+    monkeypatch.setenv(filesync.ENV, "threads")
     monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(fsync))
     decided: list[tuple[str, str]] = []  # (proposer, why not accepted)
 

@@ -27,6 +27,7 @@ from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
 from rt_appliance.sequencer.raft.journal import SyncedJournal, fsync_and_close
 from rt_appliance.sequencer.raft.peer import Peer
+from rt_appliance.transport import filesync
 from tests.helpers import raft_cluster, run_rafts
 
 pytestmark = pytest.mark.integration
@@ -67,6 +68,7 @@ def test_entries_leave_before_the_leaders_sync_but_commits_only_after_it(
             time.sleep(SLOW_SYNC_S)
         fsync_and_close(fd)
 
+    monkeypatch.setenv(filesync.ENV, "threads")  # the slow syncs are the worker threads'
     monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(slow_background_fsync))
     decided: list[bool] = []
 
@@ -109,6 +111,7 @@ def test_entries_written_while_a_sync_runs_get_a_sync_of_their_own(
             with lock:
                 running[inode] -= 1
 
+    monkeypatch.setenv(filesync.ENV, "threads")  # the slow syncs are the worker threads'
     monkeypatch.setattr(SyncedJournal, "fsync", staticmethod(slow_fsync))
     decided: list[bool] = []
 

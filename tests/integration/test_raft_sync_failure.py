@@ -13,6 +13,7 @@ import rt_appliance.sequencer.raft.journal as journal_module
 from rt_appliance.config import load_config
 from rt_appliance.sequencer.machine import SequencerMachine
 from rt_appliance.sequencer.raft import RaftNode
+from rt_appliance.transport import filesync
 from rt_lab.testing.cluster import write_local_config
 
 pytestmark = pytest.mark.integration
@@ -25,6 +26,7 @@ def test_a_failed_journal_sync_stops_raft_and_applies_nothing(
     machine = SequencerMachine(config.stream, config.sequencer.merged_roll_bytes)
     node = RaftNode(config, "rt-1", tmp_path / "raft", machine)
     applied: list[bool] = []
+    monkeypatch.setenv(filesync.ENV, "threads")  # the failure comes through a worker's sync
 
     def failing_fsync(fd: int) -> None:  # what the disk answers after a write error
         journal_module.os.close(fd)

@@ -59,8 +59,9 @@ class SyncedJournal(_journal.FileJournal):  # type: ignore[misc]
 
     Every change bumps :attr:`written`; a sync taken at generation G covers every change
     up to G (:attr:`synced`) and every entry up to the raft index that was last then
-    (:attr:`synced_index`). A sync can run in a worker thread (:meth:`begin_sync`,
-    :meth:`fsync`, :meth:`end_sync`) while raft goes on writing.
+    (:attr:`synced_index`). A sync can run off raft's thread (:meth:`begin_sync`, then
+    the kernel or :meth:`fsync` on a worker thread, then :meth:`end_sync`) while raft
+    goes on writing.
     """
 
     _FileJournal__journalFile: Any  # pysyncobj's ResizableFile, replaced by a compaction

@@ -400,7 +400,7 @@ class RaftNode:
         """How far a tick may apply: while a journal sync runs, what the syncs covered so
         far; the entries past it are applied in the tick its end kicks, not synced once
         more on this loop (:meth:`_Replicated.apply` would, holding raft's loop up for a
-        sync a worker thread is doing already). None: no limit."""
+        sync the kernel is doing already). None: no limit."""
         journal = self._link.journal()
         if self._loop is None or journal is None or not journal.dirty:
             return None  # not run by a loop (tests tick by hand): apply syncs itself

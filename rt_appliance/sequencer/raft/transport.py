@@ -44,8 +44,8 @@ from rt_appliance.sequencer.raft.codec import restricted_loads
 from rt_appliance.sequencer.raft.journal import SyncedJournal
 from rt_appliance.sequencer.raft.link import Link
 from rt_appliance.sequencer.raft.peer import Peer
+from rt_appliance.transport.filesync import sync_and_close
 from rt_appliance.transport.listen import Listener, listen_tls, set_keepalive
-from rt_appliance.transport.offload import in_thread
 from rt_appliance.transport.tls import client_context, peer_name, server_context
 from rt_appliance.versions import RAFT_FEATURES, RAFT_PROTOCOL, SOFTWARE, refusal, speaks
 
@@ -133,9 +133,9 @@ class TlsTransport(Transport):  # type: ignore[misc]
         if message.get("type") == "next_node_idx" and peer.repeats(message, quiet_s):
             return True  # the leader has this very answer already (Peer.repeats)
         # Nothing leaves before the journal is on disk (the term and the vote are already:
-        # the journal saves them when pysyncobj sets them), with one exception below. It
-        # is synced in a worker thread, and messages wait for the sync that covers what
-        # was written before them.
+        # the journal saves them when pysyncobj sets them), with one exception below. The
+        # kernel syncs it (transport/filesync.py), and messages wait for the sync that
+        # covers what was written before them.
         journal = self.link.journal()
         if self.link.failure is not None:
             return False
@@ -159,13 +159,14 @@ class TlsTransport(Transport):  # type: ignore[misc]
         return True
 
     def sync_soon(self, journal: SyncedJournal) -> bool:
-        """Start a sync of the journal in a worker thread (:meth:`_sync_soon`); whether
+        """Start a sync of the journal (:meth:`_sync_soon`); whether
         one runs now (its end kicks a tick if committed entries wait to be applied)."""
         self._sync_soon(journal)
         return self._syncing > 0
 
     def _sync_soon(self, journal: SyncedJournal) -> None:
-        """Start a sync of the journal in a worker thread, unless a running one covers
+        """Start a sync of the journal, in the kernel (:func:`~rt_appliance.transport.filesync.sync_and_close`;
+        on a worker thread where it does not take it), unless a running one covers
         everything written or ``RAFT_SYNCS_IN_FLIGHT`` run.
 
         Syncs may end in any order: a later one covers all that an earlier one does (an
@@ -180,7 +181,7 @@ class TlsTransport(Transport):  # type: ignore[misc]
         self._syncing += 1
         generation, index, cuts, fd = journal.begin_sync()
         self._sync_covers = generation
-        future = in_thread(journal.fsync, fd)
+        future = sync_and_close(fd, on_thread=journal.fsync)
         future.add_done_callback(partial(self._synced, journal, generation, index, cuts))
 
     def _synced(

@@ -28,7 +28,9 @@ def history(stream: Any, node: str) -> list[dict[str, Any]]:
 
 
 def oldest_roll(stream: Any, node: str) -> int:
-    return list_files(stream.merged_dir(node))[0].roll
+    """The oldest merged roll on ``node`` (-1 before its first merged file)."""
+    files = list_files(stream.merged_dir(node))
+    return files[0].roll if files else -1
 
 
 def publish_megabytes(stream: Any, megabytes: int) -> None:

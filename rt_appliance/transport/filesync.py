@@ -3,9 +3,10 @@
 A sync handed to a worker thread (:mod:`.offload`) needs the interpreter lock three
 times: for the worker to take the call, to return from ``fsync``, and to hand the result
 back; on a busy node each is a wait, and each is a chance for the worker to hold the
-lock while the loop waits for it. A raft leader at 5,000 msg/s spent a fifth of its time
-waiting on that lock, and its four workers woke 2,000 times a second each for about 450
-journal syncs (docs/BENCHMARKS.md, "Raft journal syncs handed to the kernel").
+lock while the loop waits for it. On a raft leader at 5,000 msg/s the loop's thread was
+blocked in futex waits (the lock, the merger's condition) a fifth of the time, and the
+four workers woke about 2,000 times a second each for some 800 syncs a second
+(docs/BENCHMARKS.md, "Raft journal syncs handed to the kernel").
 
 Here Linux's native asynchronous I/O takes the sync instead: ``io_submit`` with
 ``IOCB_CMD_FSYNC`` (or ``IOCB_CMD_FDSYNC``) queues it to a kernel worker at once (Linux

@@ -159,15 +159,15 @@ class TlsTransport(Transport):  # type: ignore[misc]
         return True
 
     def sync_soon(self, journal: SyncedJournal) -> bool:
-        """Start a sync of the journal (:meth:`_sync_soon`); whether
-        one runs now (its end kicks a tick if committed entries wait to be applied)."""
+        """Start a sync of the journal (:meth:`_sync_soon`); whether one runs now (its
+        end kicks a tick if committed entries wait to be applied)."""
         self._sync_soon(journal)
         return self._syncing > 0
 
     def _sync_soon(self, journal: SyncedJournal) -> None:
-        """Start a sync of the journal, in the kernel (:func:`~rt_appliance.transport.filesync.sync_and_close`;
-        on a worker thread where it does not take it), unless a running one covers
-        everything written or ``RAFT_SYNCS_IN_FLIGHT`` run.
+        """Start a sync of the journal, unless a running one covers everything written
+        or ``RAFT_SYNCS_IN_FLIGHT`` run. The kernel runs it (a worker thread where it
+        does not take it: :func:`rt_appliance.transport.filesync.sync_and_close`).
 
         Syncs may end in any order: a later one covers all that an earlier one does (an
         fsync waits for the pages an earlier one is writing), and the journal keeps the

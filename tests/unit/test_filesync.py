@@ -21,7 +21,8 @@ from rt_appliance.transport import filesync
 from rt_appliance.transport.loops import new_loop
 
 needs_aio = pytest.mark.skipif(
-    filesync._LIBC is None, reason="native asynchronous I/O is Linux's, on x86-64 and arm64"
+    filesync._LIBC is None,
+    reason="this system has no native asynchronous I/O to sync through (Linux on x86-64 or arm64)",
 )
 
 
@@ -152,7 +153,9 @@ def test_a_wrong_mode_is_refused_with_the_choices(monkeypatch: pytest.MonkeyPatc
 
 
 @needs_aio
-@pytest.mark.skipif(sys.platform != "linux", reason="counts descriptors in /proc/self/fd")
+@pytest.mark.skipif(
+    sys.platform != "linux", reason="counts open descriptors in /proc/self/fd, which only Linux has"
+)
 def test_a_collected_loop_gives_its_context_and_eventfd_back(tmp_path: Path) -> None:
     def open_fds() -> int:
         return len(os.listdir("/proc/self/fd"))
